@@ -1,0 +1,103 @@
+// Bit-exact conversions between fp32 and the 16-bit I/O types, usable on the host and on the device.
+//
+// The device kernels and the CPU float32 reference round through these same functions, so both sides round to
+// bf16/fp16 identically (round to nearest even, NaN kept NaN). No GPU headers are needed.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+#define KDA_HOST_DEVICE __host__ __device__
+#else
+#define KDA_HOST_DEVICE
+#endif
+
+namespace kda {
+
+// 16-bit storage types. Plain bit containers so host code needs no vendor headers.
+struct bf16_t {
+  uint16_t bits;
+};
+struct fp16_t {
+  uint16_t bits;
+};
+
+namespace numeric {
+
+KDA_HOST_DEVICE inline uint32_t float_bits(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);  // the builtin works in host and device code on every compiler
+  return u;
+}
+KDA_HOST_DEVICE inline float bits_float(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+KDA_HOST_DEVICE inline float bf16_to_float(uint16_t b) { return bits_float(uint32_t(b) << 16); }
+
+KDA_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // NaN stays a quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+KDA_HOST_DEVICE inline float fp16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in fp32
+    const float magnitude = float(mantissa) * 5.9604644775390625e-8f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return bits_float(sign | 0x7f800000u | (mantissa << 13));  // inf / NaN
+  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// Round to nearest even; overflow gives inf, NaN stays NaN. Relies on fp32 addition rounding to nearest even,
+// which holds on every target we build for (no fast-math flags).
+KDA_HOST_DEVICE inline uint16_t float_to_fp16(float f) {
+  uint32_t u = float_bits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  uint16_t out;
+  if (u >= (143u << 23)) {  // >= 65536 (rounds to inf) or inf/NaN
+    out = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (u < (113u << 23)) {  // below the smallest normal: let the fp32 adder do the subnormal rounding
+    const float magic = bits_float(126u << 23);  // 0.5
+    const float sum = bits_float(u) + magic;
+    out = uint16_t(float_bits(sum) - (126u << 23));
+  } else {
+    const uint32_t odd = (u >> 13) & 1u;
+    u += (uint32_t(15 - 127) << 23) + 0xfffu + odd;
+    out = uint16_t(u >> 13);
+  }
+  return uint16_t(out | sign);
+}
+
+KDA_HOST_DEVICE inline float to_float(bf16_t x) { return bf16_to_float(x.bits); }
+KDA_HOST_DEVICE inline float to_float(fp16_t x) { return fp16_to_float(x.bits); }
+KDA_HOST_DEVICE inline float to_float(float x) { return x; }
+
+template <typename T>
+KDA_HOST_DEVICE inline T from_float(float f);
+template <>
+KDA_HOST_DEVICE inline bf16_t from_float<bf16_t>(float f) { return bf16_t{float_to_bf16(f)}; }
+template <>
+KDA_HOST_DEVICE inline fp16_t from_float<fp16_t>(float f) { return fp16_t{float_to_fp16(f)}; }
+template <>
+KDA_HOST_DEVICE inline float from_float<float>(float f) { return f; }
+
+// Rounds an fp32 value to the precision of T and back: the value a T-typed store would later load as.
+template <typename T>
+KDA_HOST_DEVICE inline float round_to(float f) { return to_float(from_float<T>(f)); }
+
+}  // namespace numeric
+
+// log2(e): the chunk path stores cumulative gates multiplied by this, so that exp2(G) == exp(g) (KDA_SPEC §1.1).
+constexpr float kRcpLn2 = 1.4426950216f;
+
+}  // namespace kda

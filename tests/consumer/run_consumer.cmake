@@ -1,0 +1,13 @@
+# Script mode: install kda to WORK_DIR/prefix, build the consumer project against it, run it.
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+run_step(${CMAKE_COMMAND} --install "${KDA_BINARY_DIR}" --prefix "${WORK_DIR}/prefix")
+run_step(${CMAKE_COMMAND} -S "${CONSUMER_DIR}" -B "${WORK_DIR}/build" -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run_step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run_step("${WORK_DIR}/build/kda_consumer")
