@@ -1,0 +1,160 @@
+// chunk_kda_fwd: the fused-gate KDA prefill in one call (KDA_SPEC §1), on the caller's stream, in the caller's
+// workspace, with no allocation and no host sync — so a whole prefill can be captured in a graph.
+//
+//   size_t bytes = kda::chunk_kda_workspace_size(args);   // pure host function
+//   ... caller provides `bytes` of device memory ...
+//   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
+//
+// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Akk/Aqk -> solve_tril -> w/u/kg -> state recurrence
+// (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT) or derived
+// on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
+// bit-identical.
+//
+// `o` may alias `v` (vLLM passes o=v): v is read only by the w/u stage, which completes before the output stage
+// writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
+#pragma once
+
+#include "kda/launch/chunk_output.hpp"
+#include "kda/launch/gate_cumsum.hpp"
+#include "kda/launch/intra_chunk.hpp"
+#include "kda/launch/qk_l2norm.hpp"
+#include "kda/launch/recompute_w_u.hpp"
+#include "kda/launch/solve_tril.hpp"
+#include "kda/launch/state_recurrence.hpp"
+
+namespace kda {
+
+struct ChunkKdaArgs {
+  StageGeometry geometry;   // metadata (cu_seqlens, N, T, optional tables), H, K, V, chunk size (32 or 64), dtype
+
+  TensorView q, k, v;       // [T,H,K], [T,H,K], [T,H,V] in the I/O dtype, strided views allowed
+  TensorView g;             // raw gate [T,H,K]
+  ScalarType g_type = ScalarType::kFloat32;
+  TensorView beta;          // raw beta [T,H]
+  ScalarType beta_type = ScalarType::kFloat32;
+
+  GateKind gate = GateKind::kSoftplus;
+  const float* A_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [H*K]
+  float lower_bound = -5.0f;
+  BetaActivation beta_activation = BetaActivation::kSigmoid;
+  bool qk_l2norm = true;
+  float scale = 0.0f;              // 0 = K^-0.5
+
+  StateArgs state;                 // initial/final state, layout, pool indices, has_initial_state
+
+  MutableTensorView o;             // out [T,H,V]; may alias v
+};
+
+namespace detail {
+
+// Byte offsets of every intermediate inside the workspace. One function serves workspace_size and the launcher,
+// so the two can never disagree.
+struct ChunkKdaWorkspaceLayout {
+  size_t metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0, v_new = 0,
+         h = 0, total = 0;
+};
+
+inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a) {
+  const StageGeometry& g = a.geometry;
+  const size_t T = size_t(g.metadata.total_tokens), H = size_t(g.num_heads), K = size_t(g.head_dim_k),
+               V = size_t(g.head_dim_v), BT = size_t(g.chunk_size), E = size_t(dtype_size(g.dtype));
+  const size_t grid_chunks = g.metadata.has_tables()
+                                 ? size_t(g.metadata.num_chunks)
+                                 : size_t(max_num_chunks(g.metadata.total_tokens, g.metadata.num_sequences,
+                                                         g.chunk_size));
+  ChunkKdaWorkspaceLayout l;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at = align_up(at + bytes, kWorkspaceAlignment);
+    return here;
+  };
+  l.metadata = take(derived_metadata_bytes(g.metadata, g.chunk_size));
+  l.G = take(T * H * K * sizeof(float));
+  l.q_norm = take(a.qk_l2norm ? T * H * K * E : 0);
+  l.k_norm = take(a.qk_l2norm ? T * H * K * E : 0);
+  l.Akk = take(T * H * BT * sizeof(float));
+  l.Aqk = take(T * H * BT * sizeof(float));
+  l.Tinv = take(T * H * BT * sizeof(float));
+  l.w = take(T * H * K * E);
+  l.u = take(T * H * V * E);
+  l.kg = take(T * H * K * E);
+  l.v_new = take(T * H * V * E);
+  l.h = take(grid_chunks * H * K * V * E);
+  l.total = at;
+  return l;
+}
+
+inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(validate_geometry(g));
+  if (g.chunk_size != 32 && g.chunk_size != 64) return unsupported("chunk_size: chunk_kda_fwd supports 32 and 64");
+  KDA_RETURN_IF_ERROR(validate_gate(a.gate, a.A_log, a.lower_bound));
+  KDA_RETURN_IF_ERROR(validate_state(a.state, g.metadata.num_sequences));
+  KDA_REQUIRE(view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.v, g, g.head_dim_v), "v: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.g, g, g.head_dim_k), "g: null or overlapping strides");
+  KDA_REQUIRE(scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.o, g, g.head_dim_v), "o: null or overlapping strides");
+  KDA_REQUIRE(a.beta_activation == BetaActivation::kNone || a.beta_activation == BetaActivation::kSigmoid ||
+                  a.beta_activation == BetaActivation::kSigmoidTimesTwo,
+              "beta_activation: unknown BetaActivation");
+  KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
+              "num_sequences*num_heads: too many state blocks");
+  return Status();
+}
+
+}  // namespace detail
+
+inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) { return detail::chunk_kda_workspace_layout(a).total; }
+
+inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes, hipStream_t stream) {
+  KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
+  const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a);
+  if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
+  if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
+  const StageGeometry& g = a.geometry;
+  char* ws = static_cast<char*>(workspace);
+  auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
+  const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
+
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, at(l.metadata),
+                                             detail::derived_metadata_bytes(g.metadata, g.chunk_size), stream,
+                                             &chunks));
+
+  TensorView q = a.q, k = a.k;
+  if (a.qk_l2norm) {
+    QkL2NormArgs n{g, a.q, a.k, contiguous_view(at(l.q_norm), H, K), contiguous_view(at(l.k_norm), H, K)};
+    KDA_RETURN_IF_ERROR(launch_qk_l2norm(n, stream));
+    q = contiguous_view(static_cast<const void*>(at(l.q_norm)), H, K);
+    k = contiguous_view(static_cast<const void*>(at(l.k_norm)), H, K);
+  }
+  float* G = static_cast<float*>(at(l.G));
+  float* Akk = static_cast<float*>(at(l.Akk));
+  float* Aqk = static_cast<float*>(at(l.Aqk));
+  float* Tinv = static_cast<float*>(at(l.Tinv));
+
+  GateCumsumArgs gate{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
+  KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(gate, chunks, stream));
+
+  IntraChunkArgs intra{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale, Akk, Aqk};
+  KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(intra, chunks, stream));
+
+  SolveTrilArgs solve{g, Akk, Tinv};
+  KDA_RETURN_IF_ERROR(detail::enqueue_solve_tril(solve, chunks, stream));
+
+  RecomputeWuArgs wu{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
+                     contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};
+  KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(wu, chunks, stream));
+
+  StateRecurrenceArgs rec{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
+  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(rec, chunks, stream));
+
+  ChunkOutputArgs out{g, q, G, at(l.h), Aqk, at(l.v_new), a.scale, a.o};
+  return detail::enqueue_chunk_output(out, chunks, stream);
+}
+
+}  // namespace kda

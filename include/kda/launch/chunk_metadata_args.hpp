@@ -1,0 +1,139 @@
+// Chunk metadata as every launcher takes it: device cu_seqlens plus, optionally, the host builder's tables.
+//
+// With tables (chunk_indices, chunk_offsets and the host NT), grids are exact. Without them, the launcher derives the
+// tables on the device into the caller's workspace (kernels/kda/chunk_metadata_device.hpp): nothing is read back,
+// grids are sized by ceil(T/BT) + N, and blocks past the device-side NT exit at once. Either way no host sync.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kda/chunk_metadata.hpp"
+#include "kda/detail/chunk_table.hpp"
+#include "kda/chunk_metadata_device.hpp"
+#include "kda/platform.hpp"
+#include "kda/types.hpp"
+
+namespace kda {
+
+struct ChunkMetadataArgs {
+  IndexSpan cu_seqlens;          // device [N+1]; required
+  int64_t num_sequences = 0;     // N
+  int64_t total_tokens = 0;      // T (= cu[N])
+  IndexSpan chunk_indices;       // device [NT,2] from the host builder, or absent
+  IndexSpan chunk_offsets;       // device [N+1] from the host builder, or absent
+  int64_t num_chunks = -1;       // host NT matching the tables (required with them)
+
+  bool has_tables() const { return chunk_indices.data != nullptr || chunk_offsets.data != nullptr; }
+};
+
+namespace detail {
+
+constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+constexpr size_t kWorkspaceAlignment = 256;
+
+// Bytes of workspace the device derivation needs: offsets [N+1], NT, indices [NT_max,2] (int32).
+inline size_t derived_metadata_bytes(const ChunkMetadataArgs& m, int chunk_size) {
+  if (m.has_tables()) return 0;
+  const int64_t nt_max = max_num_chunks(m.total_tokens, m.num_sequences, chunk_size);
+  return align_up(sizeof(int32_t) * size_t(m.num_sequences + 2), kWorkspaceAlignment) +
+         align_up(sizeof(int32_t) * size_t(2 * nt_max), kWorkspaceAlignment);
+}
+
+inline Status validate_metadata(const ChunkMetadataArgs& m, int chunk_size) {
+  KDA_REQUIRE(m.cu_seqlens.data != nullptr, "cu_seqlens: null");
+  KDA_REQUIRE(m.num_sequences >= 0, "num_sequences: negative");
+  KDA_REQUIRE(m.total_tokens >= 0, "total_tokens: negative");
+  KDA_REQUIRE(is_supported_chunk_size(chunk_size), "chunk_size: must be 16, 32 or 64");
+  KDA_REQUIRE(max_num_chunks(m.total_tokens, m.num_sequences, chunk_size) < (int64_t(1) << 30),
+              "total_tokens/num_sequences: too many chunks for 32-bit chunk ids");
+  if (m.has_tables()) {
+    KDA_REQUIRE(m.chunk_indices.data != nullptr, "chunk_indices: null while chunk_offsets is given (pass both)");
+    KDA_REQUIRE(m.chunk_offsets.data != nullptr, "chunk_offsets: null while chunk_indices is given (pass both)");
+    KDA_REQUIRE(m.num_chunks >= 0, "num_chunks: must be the host NT when chunk tables are given");
+    KDA_REQUIRE(m.num_chunks <= max_num_chunks(m.total_tokens, m.num_sequences, chunk_size),
+                "num_chunks: larger than ceil(T/BT)+N, inconsistent with total_tokens and num_sequences");
+  }
+  return Status();
+}
+
+// The tables a stage reads, and how many chunk blocks to launch.
+struct ResolvedChunks {
+  ChunkTable table;
+  int64_t grid_chunks = 0;
+};
+
+// Uses the caller's tables, or derives them on the device into `workspace` (derived_metadata_bytes of it).
+inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* workspace, size_t workspace_bytes,
+                             hipStream_t stream, ResolvedChunks* out) {
+  ChunkTable& t = out->table;
+  t.cu_seqlens = m.cu_seqlens;
+  t.num_sequences = m.num_sequences;
+  if (m.has_tables()) {
+    t.chunk_indices = m.chunk_indices;
+    t.chunk_offsets = m.chunk_offsets;
+    t.num_chunks_host = m.num_chunks;
+    t.num_chunks_device = nullptr;
+    out->grid_chunks = m.num_chunks;
+    return Status();
+  }
+  const size_t need = derived_metadata_bytes(m, chunk_size);
+  if (workspace_bytes < need) return Status(StatusCode::kWorkspaceTooSmall, "workspace: too small for the chunk tables");
+  if (workspace == nullptr) return invalid_argument("workspace: null while chunk tables must be derived");
+  const int64_t nt_max = max_num_chunks(m.total_tokens, m.num_sequences, chunk_size);
+  auto* base = static_cast<char*>(workspace);
+  auto* offsets = reinterpret_cast<int32_t*>(base);
+  int32_t* nt = offsets + m.num_sequences + 1;
+  auto* indices = reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * size_t(m.num_sequences + 2),
+                                                            kWorkspaceAlignment));
+  kernels::derive_chunk_offsets_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(
+      m.cu_seqlens, m.num_sequences, chunk_size, offsets, nt);
+  KDA_RETURN_IF_LAUNCH_ERROR();
+  if (nt_max > 0) {
+    const int threads = 256;
+    kernels::derive_chunk_indices_kernel<<<unsigned((nt_max + threads - 1) / threads), threads, 0, stream>>>(
+        offsets, m.num_sequences, nt_max, indices);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+  }
+  t.chunk_indices = IndexSpan{indices, IndexType::kInt32};
+  t.chunk_offsets = IndexSpan{offsets, IndexType::kInt32};
+  t.num_chunks_host = -1;
+  t.num_chunks_device = nt;
+  out->grid_chunks = nt_max;
+  return Status();
+}
+
+// Calls f(E{}, std::integral_constant<int, BT>{}) for the run-time dtype and chunk size.
+template <typename F>
+Status dispatch_dtype_chunk(DType dtype, int chunk_size, F&& f) {
+  auto with_bt = [&](auto e) -> Status {
+    switch (chunk_size) {
+      case 16: return f(e, std::integral_constant<int, 16>{});
+      case 32: return f(e, std::integral_constant<int, 32>{});
+      case 64: return f(e, std::integral_constant<int, 64>{});
+      default: return unsupported("chunk_size: must be 16, 32 or 64");
+    }
+  };
+  switch (dtype) {
+    case DType::kBF16: return with_bt(bf16_t{});
+    case DType::kFP16: return with_bt(fp16_t{});
+  }
+  return unsupported("dtype: must be bf16 or fp16");
+}
+
+inline bool is_supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
+
+}  // namespace detail
+
+// Public: derives chunk_offsets [N+1] (int32), NT and chunk_indices [NT_max,2] (int32) on the device into
+// `workspace` (derived_chunk_metadata_bytes of it), without any host sync. The layout: offsets at byte 0, NT right
+// after them (int32 at offsets + N + 1), indices at the next 256-byte boundary.
+inline size_t derived_chunk_metadata_bytes(int64_t total_tokens, int64_t num_sequences, int chunk_size) {
+  ChunkMetadataArgs m;
+  m.total_tokens = total_tokens;
+  m.num_sequences = num_sequences;
+  return detail::derived_metadata_bytes(m, chunk_size);
+}
+
+}  // namespace kda

@@ -1,0 +1,64 @@
+// Launcher: o = scale (q ⊙ exp G) h + Aqk v_new (kernels/kda/chunk_output.hpp). `o` may alias the caller's v.
+#pragma once
+
+#include "kda/chunk_output.hpp"
+#include "kda/launch/intra_chunk.hpp"
+#include "kda/launch/stage_common.hpp"
+
+namespace kda {
+
+struct ChunkOutputArgs {
+  StageGeometry geometry;
+  TensorView q;                 // [T,H,K] I/O type (normalised if l2norm is wanted)
+  const float* G = nullptr;     // [T,H,K]
+  const void* h = nullptr;      // [NT_grid,H,K,V] from state_recurrence
+  const float* Aqk = nullptr;   // [T,H,BT] from intra_chunk
+  const void* v_new = nullptr;  // [T,H,V] from state_recurrence
+  float scale = 0.0f;           // 0 = K^-0.5
+  MutableTensorView o;          // out [T,H,V]
+};
+
+inline size_t chunk_output_workspace_size(const ChunkOutputArgs& a) {
+  return detail::derived_metadata_bytes(a.geometry.metadata, a.geometry.chunk_size);
+}
+
+namespace detail {
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_chunk_output and chunk_kda_fwd validate).
+inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  kernels::ChunkOutputParams p;
+  p.chunks = chunks.table;
+  p.q = a.q;
+  p.G = a.G;
+  p.h = a.h;
+  p.Aqk = a.Aqk;
+  p.v_new = a.v_new;
+  p.scale = effective_scale(a.scale, g.head_dim_k);
+  p.num_heads = g.num_heads;
+  p.head_dim_k = g.head_dim_k;
+  p.head_dim_v = g.head_dim_v;
+  p.o = a.o;
+  const int v_tiles = g.head_dim_v / kernels::kOutputTileV;
+  return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    kernels::chunk_output_kernel<decltype(e), decltype(bt)::value>
+        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads, v_tiles), kernels::kOutputThreads, 0, stream>>>(p);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+}  // namespace detail
+
+inline Status launch_chunk_output(const ChunkOutputArgs& a, void* workspace, size_t workspace_bytes,
+                                  hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
+  KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.o, g, g.head_dim_v), "o: null or overlapping strides");
+  KDA_REQUIRE((a.G && a.h && a.Aqk && a.v_new) || g.metadata.total_tokens == 0, "G/h/Aqk/v_new: null");
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
+  return detail::enqueue_chunk_output(a, chunks, stream);
+}
+
+}  // namespace kda

@@ -1,0 +1,73 @@
+// Launcher: intra-chunk matrices Akk (beta-scaled, strictly lower) and Aqk (scaled, diagonal included), fp32
+// [T,H,BT] (kernels/kda/intra_chunk.hpp).
+#pragma once
+
+#include <cmath>
+
+#include "kda/intra_chunk.hpp"
+#include "kda/launch/stage_common.hpp"
+
+namespace kda {
+
+struct IntraChunkArgs {
+  StageGeometry geometry;
+  TensorView q, k;                   // [T,H,K] I/O type (already normalised if l2norm is wanted)
+  TensorView beta;                   // raw beta [T,H]: element (t,h) at t*token_stride + h*head_stride
+  ScalarType beta_type = ScalarType::kFloat32;
+  BetaActivation beta_activation = BetaActivation::kNone;
+  const float* G = nullptr;          // [T,H,K] from gate_cumsum
+  float scale = 0.0f;                // 0 = K^-0.5
+  float* Akk = nullptr;              // out [T,H,BT]
+  float* Aqk = nullptr;              // out [T,H,BT]
+};
+
+inline float effective_scale(float scale, int head_dim_k) {
+  return scale != 0.0f ? scale : 1.0f / std::sqrt(float(head_dim_k));
+}
+
+inline size_t intra_chunk_workspace_size(const IntraChunkArgs& a) {
+  return detail::derived_metadata_bytes(a.geometry.metadata, a.geometry.chunk_size);
+}
+
+namespace detail {
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_intra_chunk and chunk_kda_fwd validate).
+inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  kernels::IntraChunkParams p;
+  p.chunks = chunks.table;
+  p.q = a.q;
+  p.k = a.k;
+  p.beta = a.beta;
+  p.beta_type = a.beta_type;
+  p.beta_activation = a.beta_activation;
+  p.G = a.G;
+  p.scale = effective_scale(a.scale, g.head_dim_k);
+  p.num_heads = g.num_heads;
+  p.head_dim = g.head_dim_k;
+  p.Akk = a.Akk;
+  p.Aqk = a.Aqk;
+  return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    kernels::intra_chunk_kernel<decltype(e), decltype(bt)::value>
+        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kIntraThreads, 0, stream>>>(p);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+}  // namespace detail
+
+inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_t workspace_bytes,
+                                 hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
+  KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
+  KDA_REQUIRE(detail::scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  const bool have_outputs = a.G != nullptr && a.Akk != nullptr && a.Aqk != nullptr;
+  KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Akk/Aqk: null");
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
+  return detail::enqueue_intra_chunk(a, chunks, stream);
+}
+
+}  // namespace kda

@@ -1,0 +1,69 @@
+// Launcher: w, u and kg (kernels/kda/recompute_w_u.hpp), outputs in the I/O type.
+#pragma once
+
+#include "kda/launch/stage_common.hpp"
+#include "kda/recompute_w_u.hpp"
+
+namespace kda {
+
+struct RecomputeWuArgs {
+  StageGeometry geometry;
+  TensorView k, v;                   // [T,H,K], [T,H,V] I/O type (k normalised if l2norm is wanted)
+  TensorView beta;                   // raw beta [T,H]
+  ScalarType beta_type = ScalarType::kFloat32;
+  BetaActivation beta_activation = BetaActivation::kNone;
+  const float* G = nullptr;          // [T,H,K]
+  const float* Tinv = nullptr;       // [T,H,BT] from solve_tril
+  MutableTensorView w, u, kg;        // out [T,H,K], [T,H,V], [T,H,K]
+};
+
+inline size_t recompute_w_u_workspace_size(const RecomputeWuArgs& a) {
+  return detail::derived_metadata_bytes(a.geometry.metadata, a.geometry.chunk_size);
+}
+
+namespace detail {
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_recompute_w_u and chunk_kda_fwd validate).
+inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  kernels::RecomputeWuParams p;
+  p.chunks = chunks.table;
+  p.k = a.k;
+  p.v = a.v;
+  p.beta = a.beta;
+  p.beta_type = a.beta_type;
+  p.beta_activation = a.beta_activation;
+  p.G = a.G;
+  p.Tinv = a.Tinv;
+  p.num_heads = g.num_heads;
+  p.head_dim_k = g.head_dim_k;
+  p.head_dim_v = g.head_dim_v;
+  p.w = a.w;
+  p.u = a.u;
+  p.kg = a.kg;
+  return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    kernels::recompute_w_u_kernel<decltype(e), decltype(bt)::value>
+        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kWuThreads, 0, stream>>>(p);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+}  // namespace detail
+
+inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, size_t workspace_bytes,
+                                   hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
+  KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.v, g, g.head_dim_v), "v: null or overlapping strides");
+  KDA_REQUIRE(detail::scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.w, g, g.head_dim_k), "w: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.u, g, g.head_dim_v), "u: null or overlapping strides");
+  KDA_REQUIRE(detail::view_ok(a.kg, g, g.head_dim_k), "kg: null or overlapping strides");
+  KDA_REQUIRE((a.G != nullptr && a.Tinv != nullptr) || g.metadata.total_tokens == 0, "G/Tinv: null");
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
+  return detail::enqueue_recompute_w_u(a, chunks, stream);
+}
+
+}  // namespace kda

@@ -1,0 +1,98 @@
+// Launcher: chunk_gated_delta_rule_fwd_h, the serial state recurrence over each sequence's chunks
+// (kernels/kda/state_recurrence.hpp). Writes per-chunk h [NT,H,K,V] and v_new [T,H,V] in the I/O type and,
+// optionally, the final state.
+#pragma once
+
+#include "kda/launch/stage_common.hpp"
+#include "kda/state_recurrence.hpp"
+
+namespace kda {
+
+// Where the recurrence reads its initial state and writes its final state.
+struct StateArgs {
+  const float* initial_state = nullptr;  // pool [P,H,K,V] or [P,H,V,K]; null = zero initial state
+  float* final_state = nullptr;          // pool, may equal initial_state; null = not written
+  StateLayout layout = StateLayout::kKFirst;
+  IndexSpan state_indices;               // device [N]: slot of sequence n (negative = none); absent = slot n
+  const uint8_t* has_initial_state = nullptr;  // device [N]: 0 = start from zero; null = all 1
+  int64_t pool_size = -1;                // slots P; -1 = N (no state_indices)
+};
+
+struct StateRecurrenceArgs {
+  StageGeometry geometry;
+  const void* w = nullptr;   // [T,H,K] I/O type, contiguous
+  const void* u = nullptr;   // [T,H,V]
+  const void* kg = nullptr;  // [T,H,K]
+  const float* G = nullptr;  // [T,H,K]
+  StateArgs state;
+  void* h = nullptr;         // out [NT_grid,H,K,V]: NT rows with tables, ceil(T/BT)+N rows when derived
+  void* v_new = nullptr;     // out [T,H,V]
+};
+
+namespace detail {
+inline Status validate_state(const StateArgs& s, int64_t num_sequences) {
+  const bool any_state = s.initial_state != nullptr || s.final_state != nullptr;
+  if (s.state_indices.data != nullptr) {
+    KDA_REQUIRE(any_state, "state_indices: given without an initial_state or final_state pool");
+    KDA_REQUIRE(s.pool_size >= 0, "pool_size: required with state_indices");
+  } else {
+    KDA_REQUIRE(s.pool_size == -1 || s.pool_size >= num_sequences, "pool_size: smaller than num_sequences");
+  }
+  KDA_REQUIRE(s.layout == StateLayout::kKFirst || s.layout == StateLayout::kVFirst, "state layout: unknown");
+  return Status();
+}
+inline int64_t pool_slots(const StateArgs& s, int64_t num_sequences) {
+  return s.pool_size >= 0 ? s.pool_size : num_sequences;
+}
+}  // namespace detail
+
+inline size_t state_recurrence_workspace_size(const StateRecurrenceArgs& a) {
+  return detail::derived_metadata_bytes(a.geometry.metadata, a.geometry.chunk_size);
+}
+
+namespace detail {
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_state_recurrence and chunk_kda_fwd validate).
+inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  const int64_t blocks = g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV);
+  if (blocks == 0) return Status();
+  KDA_REQUIRE(blocks < (int64_t(1) << 31), "num_sequences*num_heads: too many state blocks");
+  kernels::StateRecurrenceParams p;
+  p.chunks = chunks.table;
+  p.w = a.w;
+  p.u = a.u;
+  p.kg = a.kg;
+  p.G = a.G;
+  p.num_heads = g.num_heads;
+  p.head_dim_k = g.head_dim_k;
+  p.head_dim_v = g.head_dim_v;
+  p.initial_state = a.state.initial_state;
+  p.final_state = a.state.final_state;
+  p.layout = a.state.layout;
+  p.state_indices = a.state.state_indices;
+  p.has_initial_state = a.state.has_initial_state;
+  p.state_pool_size = detail::pool_slots(a.state, g.metadata.num_sequences);
+  p.h = a.h;
+  p.v_new = a.v_new;
+  return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    kernels::state_recurrence_kernel<decltype(e), decltype(bt)::value>
+        <<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+}  // namespace detail
+
+inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* workspace, size_t workspace_bytes,
+                                      hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
+  KDA_RETURN_IF_ERROR(detail::validate_state(a.state, g.metadata.num_sequences));
+  const bool have = a.w && a.u && a.kg && a.G && a.h && a.v_new;
+  KDA_REQUIRE(have || g.metadata.total_tokens == 0, "w/u/kg/G/h/v_new: null");
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
+  return detail::enqueue_state_recurrence(a, chunks, stream);
+}
+
+}  // namespace kda

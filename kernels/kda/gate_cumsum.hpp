@@ -1,0 +1,43 @@
+// Stage 1: fused gate + chunk-local cumsum (FLA kda_gate_chunk_cumsum / chunk_local_cumsum).
+//
+// G[t,h,d] = RCP_LN2 * sum_{rows r <= i of t's chunk} gate(g_raw[r,h,d] + dt_bias[h*K+d]), fp32, so later stages use
+// exp2(G) == exp(sum of natural-log gates). The sum restarts at every chunk (and so at every sequence start).
+// One block per (chunk, head); thread d owns channel d and walks the chunk's rows in order (the sum order the CPU
+// reference uses too). Coalesced: consecutive threads read consecutive channels of one row.
+#pragma once
+
+#include "kda/detail/chunk_table.hpp"
+
+namespace kda::kernels {
+
+struct GateCumsumParams {
+  detail::ChunkTable chunks;
+  TensorView g;                 // raw gate [T,H,K]
+  ScalarType g_type = ScalarType::kFloat32;
+  const float* A_log = nullptr;    // [H] or null
+  const float* dt_bias = nullptr;  // [H*K] or null
+  GateKind gate = GateKind::kPrecomputed;
+  float lower_bound = -5.0f;
+  int num_heads = 0, head_dim = 0;
+  float* G = nullptr;           // out [T,H,K], fp32
+};
+
+template <int BT>
+__global__ void gate_chunk_cumsum_kernel(GateCumsumParams p) {
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  const float a_log_exp = p.A_log != nullptr ? expf(p.A_log[h]) : 1.0f;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    const float bias = p.dt_bias != nullptr ? p.dt_bias[int64_t(h) * p.head_dim + d] : 0.0f;
+    float cumulative = 0.0f;
+    for (int i = 0; i < chunk.length; ++i) {
+      const int64_t t = chunk.start + i;
+      const float x = detail::load_scalar(p.g, p.g_type, t, h, d) + bias;
+      cumulative += detail::gate_value(x, p.gate, a_log_exp, p.lower_bound);
+      p.G[(t * p.num_heads + h) * p.head_dim + d] = cumulative * kRcpLn2;
+    }
+  }
+}
+
+}  // namespace kda::kernels

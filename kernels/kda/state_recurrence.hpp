@@ -1,0 +1,157 @@
+// Stage 5: the inter-chunk state recurrence (FLA chunk_gated_delta_rule_fwd_h).
+//
+// One block per (sequence, head, V-tile of kStateTileV columns) walks that sequence's chunks in order. The fp32
+// state S [K, kStateTileV] lives in shared memory. For each chunk:
+//   h[chunk]   = round(S)                                   (pre-chunk state, for the output stage)
+//   v_new[i,:] = round( u[i,:] - sum_d w[i,d] S[d,:] )
+//   S[d,:]     = exp2(G_last[d]) S[d,:] + sum_{i<L} kg[i,d] v_new[i,:]
+// and at the end the final state is written. Chunk c of sequence n is global chunk chunk_offsets[n] + c, the order
+// the per-chunk stages use, so h and v_new line up with them.
+//
+// State I/O serves engines directly: K-first [N,H,K,V] or V-first [N,H,V,K] (vLLM); an optional state_indices [N]
+// maps sequence n to a slot of a state pool (negative = no state: start from zero, write nothing); optional
+// has_initial_state [N] flags start a slot from zero without a masked write by the caller. initial and final may be
+// the same pool (each block reads its slice before writing it); two sequences must not share a slot.
+#pragma once
+
+#include "kda/detail/chunk_table.hpp"
+
+namespace kda::kernels {
+
+constexpr int kStateThreads = 256;
+constexpr int kStateTileV = 16;
+constexpr int kStateMaxK = 256;
+
+struct StateRecurrenceParams {
+  detail::ChunkTable chunks;
+  const void* w = nullptr;    // [T,H,K] I/O type, contiguous
+  const void* u = nullptr;    // [T,H,V]
+  const void* kg = nullptr;   // [T,H,K]
+  const float* G = nullptr;   // [T,H,K]
+  int num_heads = 0, head_dim_k = 0, head_dim_v = 0;
+  const float* initial_state = nullptr;  // pool of states, or null (all start at zero)
+  float* final_state = nullptr;          // pool of states, or null (not written)
+  StateLayout layout = StateLayout::kKFirst;
+  IndexSpan state_indices;               // [N] or absent (slot n for sequence n)
+  const uint8_t* has_initial_state = nullptr;  // [N] or null (all true)
+  int64_t state_pool_size = 0;           // slots in the pool(s)
+  void* h = nullptr;                     // out [NT,H,K,V] I/O type
+  void* v_new = nullptr;                 // out [T,H,V] I/O type
+};
+
+// Offset of state element (d, v) of (slot, head) in the chosen layout.
+__device__ inline int64_t state_offset(const StateRecurrenceParams& p, int64_t slot, int h, int d, int v) {
+  const int64_t base = (slot * p.num_heads + h) * int64_t(p.head_dim_k) * p.head_dim_v;
+  return p.layout == StateLayout::kKFirst ? base + int64_t(d) * p.head_dim_v + v
+                                          : base + int64_t(v) * p.head_dim_k + d;
+}
+
+template <typename E, int BT>
+__global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRecurrenceParams p) {
+  constexpr int kSlice = 32;
+  constexpr int kVnPerThread = BT * kStateTileV / kStateThreads;
+  __shared__ float s_s[kStateMaxK][kStateTileV];
+  __shared__ float tile_s[BT][kSlice + 1];   // w or kg slice
+  __shared__ float vn_s[BT][kStateTileV + 1];
+  __shared__ float glast_s[kStateMaxK];
+
+  const int num_v_tiles = p.head_dim_v / kStateTileV;
+  const int vt = blockIdx.x % num_v_tiles;
+  const int h = (blockIdx.x / num_v_tiles) % p.num_heads;
+  const int64_t n = int64_t(blockIdx.x) / (int64_t(num_v_tiles) * p.num_heads);
+  if (n >= p.chunks.num_sequences) return;
+  const int v0 = vt * kStateTileV;
+  const int K = p.head_dim_k;
+  const E* w = static_cast<const E*>(p.w);
+  const E* u = static_cast<const E*>(p.u);
+  const E* kg = static_cast<const E*>(p.kg);
+  E* h_out = static_cast<E*>(p.h);
+  E* vnew_out = static_cast<E*>(p.v_new);
+
+  // Which pool slot this sequence reads and writes; out-of-range slots are treated as "no state".
+  int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
+  if (slot < 0 || slot >= p.state_pool_size) slot = -1;
+  const bool load_initial = p.initial_state != nullptr && slot >= 0 &&
+                            (p.has_initial_state == nullptr || p.has_initial_state[n] != 0);
+  for (int e = threadIdx.x; e < K * kStateTileV; e += kStateThreads) {
+    const int d = e / kStateTileV, v = e % kStateTileV;
+    s_s[d][v] = load_initial ? p.initial_state[state_offset(p, slot, h, d, v0 + v)] : 0.0f;
+  }
+
+  const int64_t bos = detail::load_index(p.chunks.cu_seqlens, n);
+  const int64_t eos = detail::load_index(p.chunks.cu_seqlens, n + 1);
+  const int64_t first_chunk = detail::load_index(p.chunks.chunk_offsets, n);
+  const int64_t nt = p.chunks.num_chunks();
+  const int64_t num_chunks = eos > bos ? (eos - bos + BT - 1) / BT : 0;
+  const int vn_v = threadIdx.x % kStateTileV;
+  const int vn_i0 = threadIdx.x / kStateTileV;
+
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    const int64_t gid = first_chunk + c;
+    if (gid < 0 || gid >= nt) break;  // tables disagree with cu_seqlens: never write outside h
+    const int64_t start = bos + c * BT;
+    const int length = static_cast<int>(eos - start < BT ? eos - start : BT);
+    __syncthreads();  // S is final for the previous chunk
+    for (int e = threadIdx.x; e < K * kStateTileV; e += kStateThreads) {
+      const int d = e / kStateTileV, v = e % kStateTileV;
+      h_out[((gid * p.num_heads + h) * K + d) * p.head_dim_v + v0 + v] = numeric::from_float<E>(s_s[d][v]);
+    }
+    for (int d = threadIdx.x; d < K; d += kStateThreads) {
+      glast_s[d] = p.G[((start + length - 1) * p.num_heads + h) * K + d];
+    }
+
+    // v_new = u - w S, one d-slice of w at a time.
+    float dot[kVnPerThread] = {};
+    for (int d0 = 0; d0 < K; d0 += kSlice) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < BT * kSlice; e += kStateThreads) {
+        const int i = e / kSlice, d = e % kSlice;
+        tile_s[i][d] = i < length ? numeric::to_float(w[((start + i) * p.num_heads + h) * K + d0 + d]) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kVnPerThread; ++r) {
+        const int i = vn_i0 + r * (kStateThreads / kStateTileV);
+        for (int d = 0; d < kSlice; ++d) dot[r] += tile_s[i][d] * s_s[d0 + d][vn_v];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kVnPerThread; ++r) {
+      const int i = vn_i0 + r * (kStateThreads / kStateTileV);
+      float vn = 0.0f;
+      if (i < length) {
+        const int64_t off = ((start + i) * p.num_heads + h) * p.head_dim_v + v0 + vn_v;
+        const E rounded = numeric::from_float<E>(numeric::to_float(u[off]) - dot[r]);
+        vnew_out[off] = rounded;
+        vn = numeric::to_float(rounded);
+      }
+      vn_s[i][vn_v] = vn;
+    }
+
+    // S = exp2(G_last) S + kg^T v_new, one d-slice of kg at a time.
+    for (int d0 = 0; d0 < K; d0 += kSlice) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < BT * kSlice; e += kStateThreads) {
+        const int i = e / kSlice, d = e % kSlice;
+        tile_s[i][d] = i < length ? numeric::to_float(kg[((start + i) * p.num_heads + h) * K + d0 + d]) : 0.0f;
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kSlice * kStateTileV; e += kStateThreads) {
+        const int d = e / kStateTileV, v = e % kStateTileV;
+        float acc = 0.0f;
+        for (int i = 0; i < length; ++i) acc += tile_s[i][d] * vn_s[i][v];
+        s_s[d0 + d][v] = exp2f(glast_s[d0 + d]) * s_s[d0 + d][v] + acc;
+      }
+    }
+  }
+
+  __syncthreads();
+  if (p.final_state != nullptr && slot >= 0) {
+    for (int e = threadIdx.x; e < K * kStateTileV; e += kStateThreads) {
+      const int d = e / kStateTileV, v = e % kStateTileV;
+      p.final_state[state_offset(p, slot, h, d, v0 + v)] = s_s[d][v];
+    }
+  }
+}
+
+}  // namespace kda::kernels
