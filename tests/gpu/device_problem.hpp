@@ -1,0 +1,152 @@
+// Puts a reference KdaProblem on the device and builds the ChunkKdaArgs that point into it, with the chunk tables
+// either from the host builder or left for the device to derive.
+#pragma once
+
+#include <memory>
+
+#include "gpu_test_utils.hpp"
+
+namespace kda::test {
+
+enum class MetadataMode { kHostBuilder, kDeviceDerived };
+
+inline const char* mode_name(MetadataMode m) { return m == MetadataMode::kHostBuilder ? "builder" : "derived"; }
+
+struct DeviceProblemOptions {
+  MetadataMode mode = MetadataMode::kHostBuilder;
+  IndexType index_type = IndexType::kInt32;       // of cu_seqlens and of the builder's tables
+  StateLayout state_layout = StateLayout::kKFirst;
+  ScalarType g_type = ScalarType::kFloat32;       // how g is stored on the device
+  ScalarType beta_type = ScalarType::kFloat32;    // how beta is stored on the device
+  bool o_aliases_v = false;                       // vLLM: o = v
+  int chunk_size = 64;
+};
+
+// Inputs and outputs of one chunk_kda_fwd call, on the device.
+struct DeviceProblem {
+  ref::KdaProblem problem;
+  DeviceProblemOptions options;
+  DeviceBuffer q, k, v, g, beta, A_log, dt_bias, cu, tables, state_in, state_out, o, workspace;
+  ChunkKdaArgs args;
+  int64_t num_chunks = 0;  // host NT (for reading h back)
+
+  std::vector<float> read_o() const {
+    const size_t n = size_t(problem.T) * problem.H * problem.V;
+    return download_dtype(options.o_aliases_v ? v.get() : o.get(), n, problem.io_dtype);
+  }
+  // Final state converted back to K-first [N,H,K,V].
+  std::vector<float> read_final_state() const {
+    const int64_t N = problem.num_sequences();
+    const size_t n = size_t(N) * problem.H * problem.K * problem.V;
+    std::vector<float> raw = download_floats(state_out.get(), n);
+    if (options.state_layout == StateLayout::kKFirst) return raw;
+    std::vector<float> out(n);
+    const int K = problem.K, V = problem.V;
+    for (int64_t s = 0; s < N * problem.H; ++s)
+      for (int d = 0; d < K; ++d)
+        for (int e = 0; e < V; ++e) out[(s * K + d) * V + e] = raw[(s * V + e) * K + d];
+    return out;
+  }
+};
+
+// Stores `x` on the device as `type` (values are assumed representable when type is 16-bit).
+inline DeviceBuffer upload_scalars(const std::vector<float>& x, ScalarType type) {
+  if (type == ScalarType::kFloat32) return upload_floats(x);
+  return upload_dtype(x, type == ScalarType::kBFloat16 ? DType::kBF16 : DType::kFP16);
+}
+
+inline DeviceBuffer upload_indices(const std::vector<int64_t>& x, IndexType type) {
+  DeviceBuffer b(std::max<size_t>(1, x.size()) * index_type_size(type));
+  if (type == IndexType::kInt64) {
+    b.upload(x.data(), x.size() * sizeof(int64_t));
+  } else {
+    std::vector<int32_t> narrow(x.begin(), x.end());
+    b.upload(narrow.data(), narrow.size() * sizeof(int32_t));
+  }
+  return b;
+}
+
+// Uploads every input, sizes the outputs and the workspace, and fills dp->args. Returns false on a setup failure.
+inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem& p, const DeviceProblemOptions& opt) {
+  auto dp = std::make_unique<DeviceProblem>();
+  dp->problem = p;
+  dp->options = opt;
+  const int64_t N = p.num_sequences();
+  const DType dt = p.io_dtype;
+
+  dp->q = upload_dtype(p.q, dt);
+  dp->k = upload_dtype(p.k, dt);
+  dp->v = upload_dtype(p.v, dt);
+  dp->g = upload_scalars(p.g, opt.g_type);
+  dp->beta = upload_scalars(p.beta, opt.beta_type);
+  if (!p.A_log.empty()) dp->A_log = upload_floats(p.A_log);
+  if (!p.dt_bias.empty()) dp->dt_bias = upload_floats(p.dt_bias);
+  dp->cu = upload_indices(p.cu_seqlens, opt.index_type);
+
+  const size_t state_elems = size_t(N) * p.H * p.K * p.V;
+  if (!p.initial_state.empty()) {
+    std::vector<float> init = p.initial_state;
+    if (opt.state_layout == StateLayout::kVFirst) {  // K-first reference -> V-first device layout
+      for (int64_t s = 0; s < N * p.H; ++s)
+        for (int d = 0; d < p.K; ++d)
+          for (int e = 0; e < p.V; ++e) init[(s * p.V + e) * p.K + d] = p.initial_state[(s * p.K + d) * p.V + e];
+    }
+    dp->state_in = upload_floats(init);
+  }
+  dp->state_out.allocate(std::max<size_t>(1, state_elems) * sizeof(float));
+  dp->o.allocate(std::max<size_t>(1, size_t(p.T) * p.H * p.V) * dtype_size(dt));
+
+  ChunkKdaArgs& a = dp->args;
+  StageGeometry& g = a.geometry;
+  g.metadata.cu_seqlens = IndexSpan{dp->cu.get(), opt.index_type};
+  g.metadata.num_sequences = N;
+  g.metadata.total_tokens = p.T;
+  g.num_heads = p.H;
+  g.head_dim_k = p.K;
+  g.head_dim_v = p.V;
+  g.chunk_size = opt.chunk_size;
+  g.dtype = dt;
+
+  ChunkMetadata meta;
+  if (!build_chunk_metadata(p.cu_seqlens, opt.chunk_size, &meta).is_ok()) return nullptr;
+  dp->num_chunks = meta.num_chunks;
+  if (opt.mode == MetadataMode::kHostBuilder) {
+    std::vector<int64_t> packed = meta.chunk_indices;
+    const size_t offsets_at = packed.size();
+    packed.insert(packed.end(), meta.chunk_offsets.begin(), meta.chunk_offsets.end());
+    dp->tables = upload_indices(packed, opt.index_type);
+    g.metadata.chunk_indices = IndexSpan{dp->tables.get(), opt.index_type};
+    g.metadata.chunk_offsets =
+        IndexSpan{dp->tables.as<char>() + offsets_at * index_type_size(opt.index_type), opt.index_type};
+    g.metadata.num_chunks = meta.num_chunks;
+  }
+
+  a.q = contiguous_view(static_cast<const void*>(dp->q.get()), p.H, p.K);
+  a.k = contiguous_view(static_cast<const void*>(dp->k.get()), p.H, p.K);
+  a.v = contiguous_view(static_cast<const void*>(dp->v.get()), p.H, p.V);
+  a.g = contiguous_view(static_cast<const void*>(dp->g.get()), p.H, p.K);
+  a.g_type = opt.g_type;
+  a.beta = TensorView{dp->beta.get(), p.H, 1};
+  a.beta_type = opt.beta_type;
+  a.gate = p.gate;
+  a.A_log = dp->A_log.as<float>();
+  a.dt_bias = dp->dt_bias.as<float>();
+  a.lower_bound = p.lower_bound;
+  a.beta_activation = p.beta_activation;
+  a.qk_l2norm = p.qk_l2norm;
+  a.scale = p.scale;
+  a.state.initial_state = dp->state_in.as<float>();
+  a.state.final_state = p.want_final_state ? dp->state_out.as<float>() : nullptr;
+  a.state.layout = opt.state_layout;
+  a.o = opt.o_aliases_v ? contiguous_view(dp->v.get(), p.H, p.V) : contiguous_view(dp->o.get(), p.H, p.V);
+
+  dp->workspace.allocate(chunk_kda_workspace_size(a));
+  return dp;
+}
+
+// Enqueues chunk_kda_fwd on `stream` for a prepared problem.
+inline Status run_chunk_kda(DeviceProblem& dp, hipStream_t stream = nullptr) {
+  return chunk_kda_fwd(dp.args, dp.workspace.get(), dp.workspace.bytes(), stream);
+}
+
+}  // namespace kda::test

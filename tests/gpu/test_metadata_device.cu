@@ -1,0 +1,114 @@
+// Chunk tables on the device: the device derivation equals the host builder on every batch kind (zero-length
+// sequences anywhere, decodes, spec batches, random batches), rows past NT are marked empty, and the upload helper
+// delivers the builder's tables with one async copy.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "gpu_test_utils.hpp"
+#include "kda/launch/chunk_metadata_args.hpp"
+#include "kda/metadata_upload.hpp"
+
+namespace kda::test {
+namespace {
+
+std::vector<std::vector<int64_t>> batches() {
+  std::vector<std::vector<int64_t>> out = {
+      {0},                        // N = 0
+      {0, 0},                     // one empty sequence
+      {0, 1},                     // one token
+      {0, 0, 0, 100, 100, 164, 164},  // zeros first, middle, last
+      {0, 64, 128, 129},
+      {0, 8192},
+  };
+  std::vector<int64_t> spec, mix;
+  EXPECT_TRUE(make_spec_cu_seqlens(256, 8, &spec).is_ok());
+  EXPECT_TRUE(make_decode_prefill_cu_seqlens(56, {200, 1799, 640, 1000}, &mix).is_ok());
+  out.push_back(spec);
+  out.push_back(mix);
+  std::mt19937_64 rng(3);
+  for (int b = 0; b < 40; ++b) {  // random batches, up to 3000 sequences (more than the 1024 scan threads)
+    const int n = int(rng() % 3000);
+    std::vector<int64_t> cu{0};
+    for (int i = 0; i < n; ++i) cu.push_back(cu.back() + int64_t(rng() % 4 == 0 ? 0 : rng() % 300));
+    out.push_back(cu);
+  }
+  return out;
+}
+
+TEST(DeviceMetadata, DerivedTablesEqualHostBuilder) {
+  ASSERT_TRUE(have_gpu());
+  for (const auto& cu : batches()) {
+    for (int BT : {16, 32, 64}) {
+      for (IndexType it : {IndexType::kInt32, IndexType::kInt64}) {
+        ChunkMetadata want;
+        ASSERT_TRUE(build_chunk_metadata(cu, BT, &want).is_ok());
+        const int64_t N = int64_t(cu.size()) - 1, T = cu.back();
+        std::vector<int32_t> cu32(cu.begin(), cu.end());
+        DeviceBuffer d_cu(cu.size() * index_type_size(it));
+        d_cu.upload(it == IndexType::kInt64 ? static_cast<const void*>(cu.data()) : cu32.data(), d_cu.bytes());
+        ChunkMetadataArgs m;
+        m.cu_seqlens = IndexSpan{d_cu.get(), it};
+        m.num_sequences = N;
+        m.total_tokens = T;
+        DeviceBuffer ws(std::max<size_t>(1, derived_chunk_metadata_bytes(T, N, BT)));
+        detail::ResolvedChunks r;
+        KDA_ASSERT_OK(detail::resolve_chunks(m, BT, ws.get(), ws.bytes(), nullptr, &r));
+        KDA_ASSERT_RT(hipDeviceSynchronize());
+        const int64_t nt_max = max_num_chunks(T, N, BT);
+        EXPECT_EQ(r.grid_chunks, nt_max);
+        const std::vector<uint8_t> bytes = ws.download_bytes();
+        const auto* offsets = reinterpret_cast<const int32_t*>(bytes.data());
+        const int32_t nt = offsets[N + 1];
+        const auto* indices = static_cast<const int32_t*>(r.table.chunk_indices.data);
+        const size_t indices_at = reinterpret_cast<const char*>(indices) - static_cast<const char*>(ws.get());
+        const auto* rows = reinterpret_cast<const int32_t*>(bytes.data() + indices_at);
+        ASSERT_EQ(nt, want.num_chunks) << "N=" << N << " BT=" << BT;
+        for (int64_t n = 0; n <= N; ++n) ASSERT_EQ(offsets[n], want.chunk_offsets[n]) << "offset " << n;
+        for (int64_t g = 0; g < nt; ++g) {
+          ASSERT_EQ(rows[2 * g], want.chunk_indices[2 * g]) << "row " << g;
+          ASSERT_EQ(rows[2 * g + 1], want.chunk_indices[2 * g + 1]) << "row " << g;
+        }
+        for (int64_t g = nt; g < nt_max; ++g) ASSERT_EQ(rows[2 * g], -1) << "row past NT " << g;
+      }
+    }
+  }
+}
+
+TEST(DeviceMetadata, UploadHelperDeliversBuilderTables) {
+  ASSERT_TRUE(have_gpu());
+  std::vector<int64_t> cu;
+  ASSERT_TRUE(make_decode_prefill_cu_seqlens(8, {200, 77, 513}, &cu).is_ok());
+  const int64_t N = int64_t(cu.size()) - 1;
+  ChunkMetadata want;
+  ASSERT_TRUE(build_chunk_metadata(cu, 64, &want).is_ok());
+  for (IndexType it : {IndexType::kInt32, IndexType::kInt64}) {
+    const size_t bytes = chunk_metadata_bytes(want.num_chunks, N, it);
+    void* staging = nullptr;
+    KDA_ASSERT_RT(hipHostMalloc(&staging, bytes));
+    DeviceBuffer dev(bytes);
+    hipStream_t stream;
+    KDA_ASSERT_RT(hipStreamCreate(&stream));
+    DeviceChunkMetadata out;
+    KDA_ASSERT_OK(upload_chunk_metadata(cu.data(), IndexType::kInt64, N, 64, cu.back(), it, staging, bytes,
+                                        dev.get(), bytes, stream, &out));
+    KDA_ASSERT_RT(hipStreamSynchronize(stream));
+    EXPECT_EQ(out.num_chunks, want.num_chunks);
+    auto read = [&](IndexSpan s, size_t count) {
+      std::vector<int64_t> v(count);
+      const std::vector<uint8_t> raw = download_raw(s.data, count * index_type_size(it));
+      for (size_t i = 0; i < count; ++i) {
+        v[i] = it == IndexType::kInt64 ? reinterpret_cast<const int64_t*>(raw.data())[i]
+                                       : reinterpret_cast<const int32_t*>(raw.data())[i];
+      }
+      return v;
+    };
+    EXPECT_EQ(read(out.chunk_indices, want.chunk_indices.size()), want.chunk_indices);
+    EXPECT_EQ(read(out.chunk_offsets, want.chunk_offsets.size()), want.chunk_offsets);
+    (void)hipStreamDestroy(stream);
+    (void)hipHostFree(staging);
+  }
+}
+
+}  // namespace
+}  // namespace kda::test

@@ -1,0 +1,455 @@
+// chunk_kda_fwd end to end on the GPU: accuracy against the float64 recurrence, bit identity between the host-built
+// and device-derived chunk tables, determinism, graph capture, state-pool features, aliasing, strided views and
+// hostile-but-finite inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "device_problem.hpp"
+#include "parallel_reference.hpp"
+#include "reference/error_metrics.hpp"
+#include "reference/problem_generator.hpp"
+
+namespace kda::test {
+namespace {
+
+constexpr double kRmsBar = 5e-3;  // FLA's o / final-state bar (KDA_SPEC §6)
+
+std::vector<int64_t> spec_cu(int64_t n, int64_t len) {
+  std::vector<int64_t> cu;
+  EXPECT_TRUE(make_spec_cu_seqlens(n, len, &cu).is_ok());
+  return cu;
+}
+std::vector<int64_t> decode_prefill_cu(int64_t decodes, const std::vector<int64_t>& prefills) {
+  std::vector<int64_t> cu;
+  EXPECT_TRUE(make_decode_prefill_cu_seqlens(decodes, prefills, &cu).is_ok());
+  return cu;
+}
+
+struct Batch {
+  std::string name;
+  std::vector<int64_t> cu;
+  int H, K, V;
+};
+
+std::vector<Batch> batch_kinds() {
+  return {
+      {"single1000", {0, 1000}, 4, 128, 128},                           // T not a multiple of 64
+      {"varlen_zero_len", {0, 15, 15, 100, 300, 300, 1200, 1200}, 4, 64, 64},  // zero lengths mid and end
+      {"decodes_then_prefills", decode_prefill_cu(8, {200, 777, 64}), 4, 128, 128},
+      {"spec256x8", spec_cu(256, 8), 2, 128, 128},
+      {"single_long", {0, 4096}, 8, 128, 128},
+  };
+}
+
+ref::KdaProblem kimi_problem(const Batch& b, GateKind gate, DType io, uint64_t seed) {
+  ref::ProblemOptions opt;
+  opt.qk_l2norm_in_kernel = true;
+  opt.beta_activation = BetaActivation::kSigmoid;
+  opt.with_dt_bias = true;
+  opt.with_A_log = gate != GateKind::kLowerBound;
+  opt.with_initial_state = true;
+  opt.zero_gate_fraction = 0.02;
+  opt.extreme_gate_fraction = 0.01;
+  if (gate == GateKind::kPrecomputed) {  // FLA's own test style: inputs pre-normalised, beta pre-activated
+    opt.qk_l2norm_in_kernel = false;
+    opt.beta_activation = BetaActivation::kNone;
+    opt.with_dt_bias = false;
+  }
+  return ref::make_random_problem(b.cu, b.H, b.K, b.V, io, gate, seed, opt);
+}
+
+struct RunResult {
+  std::vector<float> o, final_state;
+  std::vector<uint8_t> o_bytes, state_bytes;
+};
+
+RunResult run_once(const ref::KdaProblem& p, const DeviceProblemOptions& opt,
+                   std::unique_ptr<DeviceProblem>* keep = nullptr) {
+  RunResult r;
+  auto dp = make_device_problem(p, opt);
+  EXPECT_NE(dp, nullptr);
+  if (!dp) return r;
+  const Status s = run_chunk_kda(*dp);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+  r.o = dp->read_o();
+  r.final_state = dp->read_final_state();
+  const void* o_ptr = opt.o_aliases_v ? dp->v.get() : dp->o.get();
+  r.o_bytes = download_raw(o_ptr, size_t(p.T) * p.H * p.V * 2);
+  r.state_bytes = dp->state_out.download_bytes();
+  if (keep) *keep = std::move(dp);
+  return r;
+}
+
+void expect_close_to_f64(const ref::KdaProblem& p, const RunResult& r, const std::string& what) {
+  const ref::KdaOutput want = recurrent_f64_parallel(p);
+  const double o_err = ref::rms_relative_error(want.o, r.o);
+  const double s_err = ref::rms_relative_error(want.final_state, r.final_state);
+  EXPECT_TRUE(ref::all_finite(r.o)) << what;
+  EXPECT_TRUE(ref::all_finite(r.final_state)) << what;
+  EXPECT_LE(o_err, kRmsBar) << what << ": o rms rel error";
+  EXPECT_LE(s_err, kRmsBar) << what << ": final state rms rel error";
+  std::printf("  %-60s o %.2e  ht %.2e\n", what.c_str(), o_err, s_err);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Accuracy against the float64 recurrence
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(ChunkKdaAccuracy, BatchKindsAllGatesBothLayouts) {
+  ASSERT_TRUE(have_gpu());
+  uint64_t seed = 100;
+  for (const Batch& b : batch_kinds()) {
+    for (GateKind gate : {GateKind::kPrecomputed, GateKind::kSoftplus, GateKind::kLowerBound}) {
+      for (StateLayout layout : {StateLayout::kKFirst, StateLayout::kVFirst}) {
+        const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
+        DeviceProblemOptions opt;
+        opt.state_layout = layout;
+        const RunResult r = run_once(p, opt);
+        expect_close_to_f64(p, r, b.name + " gate=" + std::to_string(int(gate)) +
+                                      (layout == StateLayout::kKFirst ? " K-first" : " V-first"));
+      }
+    }
+  }
+}
+
+TEST(ChunkKdaAccuracy, FlaShapesFp16AndBf16) {
+  ASSERT_TRUE(have_gpu());
+  const std::vector<Batch> shapes = {
+      {"fla_1x63_d64", {0, 63}, 1, 64, 64},
+      {"fla_cu15", {0, 15}, 4, 128, 128},
+      {"fla_varlen", {0, 256, 500, 1000}, 4, 64, 64},
+      {"fla_varlen5", {0, 15, 100, 300, 1200, 2000}, 4, 128, 128},
+      {"fla_varlen_4096", {0, 100, 300, 1200, 3000, 4096}, 4, 64, 64},
+      {"d256", {0, 300, 700}, 2, 256, 256},
+      {"k64_v256", {0, 500}, 2, 64, 256},
+      {"k256_v64", {0, 500}, 2, 256, 64},
+  };
+  uint64_t seed = 500;
+  for (const Batch& b : shapes) {
+    for (DType io : {DType::kBF16, DType::kFP16}) {
+      const ref::KdaProblem p = kimi_problem(b, GateKind::kPrecomputed, io, ++seed);
+      expect_close_to_f64(p, run_once(p, {}), b.name + (io == DType::kBF16 ? " bf16" : " fp16"));
+    }
+  }
+}
+
+TEST(ChunkKdaAccuracy, KimiLinearShapeT8192) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"kimi_T8192_H32", {0, 8192}, 32, 128, 128};
+  for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound}) {
+    const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, 7 + int(gate));
+    DeviceProblemOptions opt;
+    opt.state_layout = StateLayout::kVFirst;  // vLLM's layout
+    expect_close_to_f64(p, run_once(p, opt), b.name + " gate=" + std::to_string(int(gate)));
+  }
+}
+
+TEST(ChunkKdaAccuracy, ChunkSize32AndStoredGateAndBetaIn16Bit) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"bt32", {0, 31, 96, 160}, 2, 64, 64};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 77);
+  DeviceProblemOptions opt;
+  opt.chunk_size = 32;
+  expect_close_to_f64(p, run_once(p, opt), "chunk size 32");
+  DeviceProblemOptions opt16;
+  opt16.g_type = ScalarType::kBFloat16;
+  opt16.beta_type = ScalarType::kBFloat16;
+  expect_close_to_f64(p, run_once(p, opt16), "g and beta stored as bf16");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bit identity between metadata paths, and determinism
+// ---------------------------------------------------------------------------------------------------------------
+
+// Byte ranges of the workspace that hold stage intermediates (the h rows past NT exist only in derived mode).
+std::vector<std::pair<const char*, std::pair<size_t, size_t>>> intermediate_ranges(const DeviceProblem& dp) {
+  const auto l = detail::chunk_kda_workspace_layout(dp.args);
+  const auto& p = dp.problem;
+  const size_t T = p.T, H = p.H, K = p.K, V = p.V, E = 2, BT = dp.options.chunk_size;
+  std::vector<std::pair<const char*, std::pair<size_t, size_t>>> r = {
+      {"G", {l.G, T * H * K * 4}},       {"Akk", {l.Akk, T * H * BT * 4}}, {"Aqk", {l.Aqk, T * H * BT * 4}},
+      {"Tinv", {l.Tinv, T * H * BT * 4}}, {"w", {l.w, T * H * K * E}},      {"u", {l.u, T * H * V * E}},
+      {"kg", {l.kg, T * H * K * E}},      {"v_new", {l.v_new, T * H * V * E}},
+      {"h", {l.h, size_t(dp.num_chunks) * H * K * V * E}}};
+  if (p.qk_l2norm) {
+    r.push_back({"q_norm", {l.q_norm, T * H * K * E}});
+    r.push_back({"k_norm", {l.k_norm, T * H * K * E}});
+  }
+  return r;
+}
+
+void expect_bit_identical(const DeviceProblem& a, const DeviceProblem& b, const std::string& what) {
+  const std::vector<uint8_t> wa = a.workspace.download_bytes(), wb = b.workspace.download_bytes();
+  const auto rb = intermediate_ranges(b);
+  for (const auto& entry : intermediate_ranges(a)) {
+    const std::string name = entry.first;
+    const auto range = entry.second;
+    const auto it = std::find_if(rb.begin(), rb.end(), [&](const auto& x) { return x.first == name; });
+    ASSERT_NE(it, rb.end());
+    ASSERT_EQ(range.second, it->second.second) << name;
+    EXPECT_EQ(0, std::memcmp(wa.data() + range.first, wb.data() + it->second.first, range.second))
+        << what << ": intermediate " << name << " differs";
+  }
+}
+
+TEST(ChunkKdaBitIdentity, BuilderAndDerivedMetadataAgreeOnEveryStage) {
+  ASSERT_TRUE(have_gpu());
+  uint64_t seed = 900;
+  for (const Batch& b : batch_kinds()) {
+    for (IndexType it : {IndexType::kInt32, IndexType::kInt64}) {
+      const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, ++seed);
+      DeviceProblemOptions host_opt, dev_opt;
+      host_opt.index_type = dev_opt.index_type = it;
+      host_opt.mode = MetadataMode::kHostBuilder;
+      dev_opt.mode = MetadataMode::kDeviceDerived;
+      std::unique_ptr<DeviceProblem> host_dp, dev_dp;
+      const RunResult rh = run_once(p, host_opt, &host_dp);
+      const RunResult rd = run_once(p, dev_opt, &dev_dp);
+      const std::string what = b.name + (it == IndexType::kInt32 ? " int32" : " int64");
+      EXPECT_EQ(rh.o_bytes, rd.o_bytes) << what << ": o differs between metadata paths";
+      EXPECT_EQ(rh.state_bytes, rd.state_bytes) << what << ": final state differs between metadata paths";
+      expect_bit_identical(*host_dp, *dev_dp, what);
+    }
+  }
+}
+
+TEST(ChunkKdaBitIdentity, RunToRunDeterministic) {
+  ASSERT_TRUE(have_gpu());
+  for (const Batch& b : batch_kinds()) {
+    const ref::KdaProblem p = kimi_problem(b, GateKind::kLowerBound, DType::kBF16, 4242);
+    for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+      DeviceProblemOptions opt;
+      opt.mode = mode;
+      std::unique_ptr<DeviceProblem> first;
+      const RunResult r1 = run_once(p, opt, &first);
+      ASSERT_TRUE(run_chunk_kda(*first).is_ok());  // same buffers, second call
+      ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+      EXPECT_EQ(r1.o_bytes, download_raw(first->o.get(), r1.o_bytes.size())) << b.name << " " << mode_name(mode);
+      EXPECT_EQ(r1.state_bytes, first->state_out.download_bytes()) << b.name << " " << mode_name(mode);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph capture: proves no host sync on either path
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(ChunkKdaGraph, CaptureReplayWithNewInputsMatchesDirectCall) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"graph_mix", decode_prefill_cu(5, {130, 64, 1000}), 4, 128, 128};
+  for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+    DeviceProblemOptions opt;
+    opt.mode = mode;
+    const ref::KdaProblem first = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 1);
+    const ref::KdaProblem second = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 2);
+    auto dp = make_device_problem(first, opt);
+    ASSERT_NE(dp, nullptr);
+
+    hipStream_t stream;
+    KDA_ASSERT_RT(hipStreamCreate(&stream));
+    hipGraph_t graph;
+    hipGraphExec_t exec;
+    KDA_ASSERT_RT(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal));
+    const Status s = run_chunk_kda(*dp, stream);
+    KDA_ASSERT_RT(hipStreamEndCapture(stream, &graph));  // fails if anything inside synchronised the host
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    KDA_ASSERT_RT(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
+
+    // New values into the same buffers, then replay.
+    dp->q.upload(to_dtype_bits(second.q, second.io_dtype).data(), dp->q.bytes());
+    dp->k.upload(to_dtype_bits(second.k, second.io_dtype).data(), dp->k.bytes());
+    dp->v.upload(to_dtype_bits(second.v, second.io_dtype).data(), dp->v.bytes());
+    dp->g.upload(second.g.data(), dp->g.bytes());
+    dp->beta.upload(second.beta.data(), dp->beta.bytes());
+    dp->A_log.upload(second.A_log.data(), dp->A_log.bytes());
+    dp->dt_bias.upload(second.dt_bias.data(), dp->dt_bias.bytes());
+    dp->state_in.upload(second.initial_state.data(), dp->state_in.bytes());
+    KDA_ASSERT_RT(hipGraphLaunch(exec, stream));
+    KDA_ASSERT_RT(hipStreamSynchronize(stream));
+    const std::vector<uint8_t> replay_o = dp->o.download_bytes();
+    const std::vector<uint8_t> replay_state = dp->state_out.download_bytes();
+
+    const RunResult direct = run_once(second, opt);
+    EXPECT_EQ(std::vector<uint8_t>(replay_o.begin(), replay_o.begin() + direct.o_bytes.size()), direct.o_bytes)
+        << mode_name(mode);
+    EXPECT_EQ(replay_state, direct.state_bytes) << mode_name(mode);
+    (void)hipGraphExecDestroy(exec);
+    (void)hipGraphDestroy(graph);
+    (void)hipStreamDestroy(stream);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Engine-facing features: state pool, aliasing, strided views
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(ChunkKdaFeatures, StatePoolIndicesAndHasInitialStateInPlace) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"pool", {0, 100, 165, 300}, 2, 64, 64};
+  ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 31);
+  const int64_t P = 5, N = 3;
+  const size_t kv = size_t(p.H) * p.K * p.V;
+  // Pool of 5 slots with distinct random contents; sequence -> slot {3, -1, 0}; has_initial_state {1, 1, 0}.
+  std::vector<float> pool(P * kv);
+  ref::TestRng rng(5);
+  for (float& x : pool) x = float(rng.normal());
+  const std::vector<int64_t> slots = {3, -1, 0};
+  const std::vector<uint8_t> has_init = {1, 1, 0};
+  // Reference: initial state of each sequence as the kernel should see it.
+  p.initial_state.assign(N * kv, 0.0f);
+  std::copy_n(pool.begin() + 3 * kv, kv, p.initial_state.begin());  // seq 0 from slot 3; seq 1, 2 start at zero
+  const ref::KdaOutput want = recurrent_f64_parallel(p);
+
+  auto dp = make_device_problem(p, {});
+  ASSERT_NE(dp, nullptr);
+  DeviceBuffer d_pool = upload_floats(pool);
+  DeviceBuffer d_slots = upload_indices(slots, IndexType::kInt64);
+  DeviceBuffer d_flags(3);
+  d_flags.upload(has_init.data(), 3);
+  dp->args.state.initial_state = d_pool.as<float>();
+  dp->args.state.final_state = d_pool.as<float>();  // in place
+  dp->args.state.state_indices = IndexSpan{d_slots.get(), IndexType::kInt64};
+  dp->args.state.has_initial_state = d_flags.as<uint8_t>();
+  dp->args.state.pool_size = P;
+  KDA_ASSERT_OK(run_chunk_kda(*dp));
+  KDA_ASSERT_RT(hipDeviceSynchronize());
+  const std::vector<float> got = download_floats(d_pool.get(), pool.size());
+
+  auto slice = [&](const std::vector<float>& x, int64_t i) {
+    return std::vector<float>(x.begin() + i * kv, x.begin() + (i + 1) * kv);
+  };
+  EXPECT_LE(ref::rms_relative_error(slice(want.final_state, 0), slice(got, 3)), kRmsBar) << "slot 3 <- seq 0";
+  EXPECT_LE(ref::rms_relative_error(slice(want.final_state, 2), slice(got, 0)), kRmsBar) << "slot 0 <- seq 2";
+  for (int64_t untouched : {1, 2, 4}) EXPECT_EQ(slice(pool, untouched), slice(got, untouched)) << "slot " << untouched;
+  EXPECT_LE(ref::rms_relative_error(want.o, dp->read_o()), kRmsBar);
+}
+
+TEST(ChunkKdaFeatures, OutputMayAliasV) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"alias", decode_prefill_cu(3, {300, 64}), 4, 128, 128};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 8);
+  DeviceProblemOptions alias;
+  alias.o_aliases_v = true;
+  EXPECT_EQ(run_once(p, {}).o_bytes, run_once(p, alias).o_bytes);
+}
+
+TEST(ChunkKdaFeatures, StridedViewsIntoFusedProjection) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"fused", {0, 200, 333}, 4, 64, 128};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 12);
+  std::unique_ptr<DeviceProblem> plain;
+  const RunResult want = run_once(p, {}, &plain);
+
+  // One token row = [q heads | k heads | v heads | 8 pad], as a fused qkv projection would lay it out.
+  const int H = p.H, K = p.K, V = p.V;
+  const int64_t row = int64_t(H) * (2 * K + V) + 8;
+  std::vector<float> fused(size_t(p.T) * row, 0.0f);
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int h = 0; h < H; ++h) {
+      std::copy_n(p.q.begin() + (t * H + h) * K, K, fused.begin() + t * row + h * K);
+      std::copy_n(p.k.begin() + (t * H + h) * K, K, fused.begin() + t * row + H * K + h * K);
+      std::copy_n(p.v.begin() + (t * H + h) * V, V, fused.begin() + t * row + 2 * H * K + h * V);
+    }
+  DeviceBuffer d_fused = upload_dtype(fused, p.io_dtype);
+  auto dp = make_device_problem(p, {});
+  ASSERT_NE(dp, nullptr);
+  const char* base = d_fused.as<char>();
+  dp->args.q = TensorView{base, row, K};
+  dp->args.k = TensorView{base + size_t(H) * K * 2, row, K};
+  dp->args.v = TensorView{base + size_t(2) * H * K * 2, row, V};
+  KDA_ASSERT_OK(run_chunk_kda(*dp));
+  KDA_ASSERT_RT(hipDeviceSynchronize());
+  EXPECT_EQ(want.o_bytes, dp->o.download_bytes());
+  EXPECT_EQ(want.state_bytes, dp->state_out.download_bytes());
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Robustness: hostile but finite inputs, degenerate batches
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(ChunkKdaRobustness, ExtremeGatesZeroVectorsZeroBeta) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"hostile", {0, 70, 200}, 2, 64, 64};
+  {  // precomputed gate of -1e4 on every channel of every token
+    ref::KdaProblem p = kimi_problem(b, GateKind::kPrecomputed, DType::kBF16, 1);
+    for (float& x : p.g) x = -1e4f;
+    expect_close_to_f64(p, run_once(p, {}), "precomputed gate -1e4");
+  }
+  {  // softplus gate driven to -exp(A_log)*1e4 per token
+    ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 2);
+    for (float& x : p.g) x = 1e4f;
+    expect_close_to_f64(p, run_once(p, {}), "softplus gate -1e4");
+  }
+  {  // zero q and k under l2norm
+    ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 3);
+    std::fill(p.q.begin(), p.q.end(), 0.0f);
+    std::fill(p.k.begin(), p.k.end(), 0.0f);
+    const RunResult r = run_once(p, {});
+    EXPECT_TRUE(ref::all_finite(r.o));
+    expect_close_to_f64(p, r, "zero q/k with l2norm");
+  }
+  {  // beta = 0: no write to the state, only decay
+    ref::KdaProblem p = kimi_problem(b, GateKind::kPrecomputed, DType::kBF16, 4);
+    std::fill(p.beta.begin(), p.beta.end(), 0.0f);
+    expect_close_to_f64(p, run_once(p, {}), "beta = 0");
+  }
+}
+
+TEST(ChunkKdaRobustness, EmptyBatchAndSingleToken) {
+  ASSERT_TRUE(have_gpu());
+  for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+    DeviceProblemOptions opt;
+    opt.mode = mode;
+    {  // T = 0 with three zero-length sequences: final state = initial state, nothing else happens
+      const Batch b{"empty", {0, 0, 0, 0}, 2, 64, 64};
+      const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 5);
+      const RunResult r = run_once(p, opt);
+      EXPECT_EQ(r.final_state, p.initial_state) << mode_name(mode);
+    }
+    {  // N = 0, T = 0: a no-op that must not fail
+      const Batch b{"nothing", {0}, 2, 64, 64};
+      ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 6);
+      auto dp = make_device_problem(p, opt);
+      ASSERT_NE(dp, nullptr);
+      KDA_ASSERT_OK(run_chunk_kda(*dp));
+      KDA_ASSERT_RT(hipDeviceSynchronize());
+    }
+    {  // N = 1, T = 1
+      const Batch b{"one", {0, 1}, 2, 128, 128};
+      const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 7);
+      expect_close_to_f64(p, run_once(p, opt), std::string("T=1 ") + mode_name(mode));
+    }
+  }
+}
+
+TEST(ChunkKdaValidation, BadArgumentsAreRejectedBeforeAnyLaunch) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"v", {0, 100}, 2, 64, 64};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 9);
+  auto dp = make_device_problem(p, {});
+  ASSERT_NE(dp, nullptr);
+  auto expect_error = [&](ChunkKdaArgs a, StatusCode code, const char* what) {
+    const Status s = chunk_kda_fwd(a, dp->workspace.get(), dp->workspace.bytes(), nullptr);
+    EXPECT_EQ(s.code(), code) << what << ": " << s.message();
+  };
+  ChunkKdaArgs a = dp->args;
+  a.geometry.head_dim_k = 96;
+  expect_error(a, StatusCode::kUnsupported, "head dim 96");
+  a = dp->args;
+  a.q.data = nullptr;
+  expect_error(a, StatusCode::kInvalidArgument, "null q");
+  a = dp->args;
+  a.A_log = nullptr;
+  expect_error(a, StatusCode::kInvalidArgument, "softplus without A_log");
+  a = dp->args;
+  a.geometry.chunk_size = 16;
+  expect_error(a, StatusCode::kUnsupported, "chunk 16 in the pipeline");
+  const Status small = chunk_kda_fwd(dp->args, dp->workspace.get(), dp->workspace.bytes() - 1, nullptr);
+  EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall);
+}
+
+}  // namespace
+}  // namespace kda::test
