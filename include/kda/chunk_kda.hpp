@@ -51,7 +51,7 @@ namespace detail {
 // Byte offsets of every intermediate inside the workspace. One function serves workspace_size and the launcher,
 // so the two can never disagree.
 struct ChunkKdaWorkspaceLayout {
-  size_t metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0, v_new = 0,
+  size_t status = 0, metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0, v_new = 0,
          h = 0, total = 0;
 };
 
@@ -70,6 +70,7 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a)
     at = align_up(at + bytes, kWorkspaceAlignment);
     return here;
   };
+  l.status = take(sizeof(uint32_t));
   l.metadata = take(derived_metadata_bytes(g.metadata, g.chunk_size));
   l.G = take(T * H * K * sizeof(float));
   l.q_norm = take(a.qk_l2norm ? T * H * K * E : 0);
@@ -110,6 +111,10 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 
 inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) { return detail::chunk_kda_workspace_layout(a).total; }
 
+// The device status word (DeviceStatusBits) of the last chunk_kda_fwd that used this workspace: 0 when the device
+// saw nothing wrong. It lives at the start of the workspace; pass it to read_device_status.
+inline const uint32_t* chunk_kda_device_status(const void* workspace) { return static_cast<const uint32_t*>(workspace); }
+
 inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes, hipStream_t stream) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
   const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a);
@@ -120,8 +125,14 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
   const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
 
+  // The device status word of this call starts clear (a memset node under graph capture).
+  auto* status = static_cast<uint32_t*>(at(l.status));
+  KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(status, 0, sizeof(uint32_t), stream));
+  ChunkMetadataArgs metadata = g.metadata;
+  metadata.device_status = status;
+
   detail::ResolvedChunks chunks;
-  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, at(l.metadata),
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(metadata, g.chunk_size, at(l.metadata),
                                              detail::derived_metadata_bytes(g.metadata, g.chunk_size), stream,
                                              &chunks));
 

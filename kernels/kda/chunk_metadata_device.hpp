@@ -5,29 +5,31 @@
 //   1. one block scans the per-sequence chunk counts into chunk_offsets [N+1] and NT;
 //   2. a grid over NT_max rows fills chunk_indices [NT_max,2] by binary search in chunk_offsets
 //      (rows >= NT get (-1,-1), which every stage treats as "nothing to do").
-// A malformed cu_seqlens (decreasing, negative) is clamped: a negative length counts as zero chunks, so no table
-// entry can point outside [0, T).
+// A malformed cu_seqlens (decreasing, outside [0, T]) is clamped through ChunkTable::sequence_range, which also
+// sets kDeviceStatusBadCuSeqlens, and NT is capped at NT_max, so no table entry or chunk id can leave the buffers.
 #pragma once
 
 #include <cstdint>
 
-#include "kda/detail/device_common.hpp"
+#include "kda/detail/chunk_table.hpp"
 
 namespace kda::kernels {
 
 constexpr int kOffsetsScanThreads = 1024;
 
-// Chunk count of sequence n, treating a decreasing cu_seqlens as an empty sequence.
-__device__ inline int64_t chunk_count_of(IndexSpan cu, int64_t n, int chunk_size) {
-  const int64_t len = detail::load_index(cu, n + 1) - detail::load_index(cu, n);
-  return len > 0 ? (len + chunk_size - 1) / chunk_size : 0;
+// Chunk count of sequence n after clamping its range into [0, T].
+__device__ inline int64_t chunk_count_of(const detail::ChunkTable& t, int64_t n, int chunk_size) {
+  int64_t bos, eos;
+  t.sequence_range(n, &bos, &eos);
+  return (eos - bos + chunk_size - 1) / chunk_size;
 }
 
 // One block. Each thread owns a contiguous run of sequences; a block-wide scan of the run totals gives each run's
 // first chunk; the thread then writes its run's offsets.
 __global__ void __launch_bounds__(kOffsetsScanThreads)
-derive_chunk_offsets_kernel(IndexSpan cu, int64_t num_sequences, int chunk_size, int32_t* chunk_offsets,
+derive_chunk_offsets_kernel(detail::ChunkTable table, int chunk_size, int64_t max_chunks, int32_t* chunk_offsets,
                             int32_t* num_chunks) {
+  const int64_t num_sequences = table.num_sequences;
   __shared__ int64_t run_total[kOffsetsScanThreads];
   const int tid = threadIdx.x;
   const int64_t per_thread = (num_sequences + kOffsetsScanThreads - 1) / kOffsetsScanThreads;
@@ -35,7 +37,7 @@ derive_chunk_offsets_kernel(IndexSpan cu, int64_t num_sequences, int chunk_size,
   const int64_t last = first + per_thread < num_sequences ? first + per_thread : num_sequences;
 
   int64_t total = 0;
-  for (int64_t n = first; n < last; ++n) total += chunk_count_of(cu, n, chunk_size);
+  for (int64_t n = first; n < last; ++n) total += chunk_count_of(table, n, chunk_size);
   run_total[tid] = total;
   __syncthreads();
   // Hillis-Steele inclusive scan over the run totals.
@@ -45,14 +47,16 @@ derive_chunk_offsets_kernel(IndexSpan cu, int64_t num_sequences, int chunk_size,
     run_total[tid] += add;
     __syncthreads();
   }
+  // Offsets are capped at NT_max: only a malformed cu_seqlens (reported above) can reach the cap.
+  auto capped = [&](int64_t x) { return static_cast<int32_t>(x < max_chunks ? x : max_chunks); };
   int64_t offset = run_total[tid] - total;  // exclusive prefix
   for (int64_t n = first; n < last; ++n) {
-    chunk_offsets[n] = static_cast<int32_t>(offset);
-    offset += chunk_count_of(cu, n, chunk_size);
+    chunk_offsets[n] = capped(offset);
+    offset += chunk_count_of(table, n, chunk_size);
   }
   if (tid == kOffsetsScanThreads - 1) {
-    chunk_offsets[num_sequences] = static_cast<int32_t>(run_total[tid]);
-    *num_chunks = static_cast<int32_t>(run_total[tid]);
+    chunk_offsets[num_sequences] = capped(run_total[tid]);
+    *num_chunks = capped(run_total[tid]);
   }
 }
 

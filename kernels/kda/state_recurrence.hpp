@@ -70,7 +70,11 @@ __global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRe
 
   // Which pool slot this sequence reads and writes; out-of-range slots are treated as "no state".
   int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
-  if (slot < 0 || slot >= p.state_pool_size) slot = -1;
+  if (slot >= p.state_pool_size) {
+    if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadStateIndex);
+    slot = -1;
+  }
+  if (slot < 0) slot = -1;
   const bool load_initial = p.initial_state != nullptr && slot >= 0 &&
                             (p.has_initial_state == nullptr || p.has_initial_state[n] != 0);
   for (int e = threadIdx.x; e < K * kStateTileV; e += kStateThreads) {
@@ -78,17 +82,23 @@ __global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRe
     s_s[d][v] = load_initial ? p.initial_state[state_offset(p, slot, h, d, v0 + v)] : 0.0f;
   }
 
-  const int64_t bos = detail::load_index(p.chunks.cu_seqlens, n);
-  const int64_t eos = detail::load_index(p.chunks.cu_seqlens, n + 1);
+  int64_t bos, eos;
+  p.chunks.sequence_range(n, &bos, &eos);
   const int64_t first_chunk = detail::load_index(p.chunks.chunk_offsets, n);
   const int64_t nt = p.chunks.num_chunks();
-  const int64_t num_chunks = eos > bos ? (eos - bos + BT - 1) / BT : 0;
+  const int64_t num_chunks = (eos - bos + BT - 1) / BT;
+  if (threadIdx.x == 0 && detail::load_index(p.chunks.chunk_offsets, n + 1) - first_chunk != num_chunks) {
+    p.chunks.report(detail::kDeviceStatusBadChunkTable);
+  }
   const int vn_v = threadIdx.x % kStateTileV;
   const int vn_i0 = threadIdx.x / kStateTileV;
 
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
-    if (gid < 0 || gid >= nt) break;  // tables disagree with cu_seqlens: never write outside h
+    if (gid < 0 || gid >= nt) {  // tables disagree with cu_seqlens: never write outside h
+      if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadChunkTable);
+      break;
+    }
     const int64_t start = bos + c * BT;
     const int length = static_cast<int>(eos - start < BT ? eos - start : BT);
     __syncthreads();  // S is final for the previous chunk

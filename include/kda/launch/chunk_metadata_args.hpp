@@ -24,6 +24,10 @@ struct ChunkMetadataArgs {
   IndexSpan chunk_indices;       // device [NT,2] from the host builder, or absent
   IndexSpan chunk_offsets;       // device [N+1] from the host builder, or absent
   int64_t num_chunks = -1;       // host NT matching the tables (required with them)
+  // Optional device word where kernels OR in DeviceStatusBits for problems only the device can see (malformed
+  // device cu_seqlens, tables that disagree with it, state indices past the pool). Read it with
+  // kda::read_device_status. chunk_kda_fwd points this at its own workspace slot and clears it on every call.
+  uint32_t* device_status = nullptr;
 
   bool has_tables() const { return chunk_indices.data != nullptr || chunk_offsets.data != nullptr; }
 };
@@ -70,6 +74,8 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   ChunkTable& t = out->table;
   t.cu_seqlens = m.cu_seqlens;
   t.num_sequences = m.num_sequences;
+  t.total_tokens = m.total_tokens;
+  t.device_status = m.device_status;
   if (m.has_tables()) {
     t.chunk_indices = m.chunk_indices;
     t.chunk_offsets = m.chunk_offsets;
@@ -87,8 +93,8 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   int32_t* nt = offsets + m.num_sequences + 1;
   auto* indices = reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * size_t(m.num_sequences + 2),
                                                             kWorkspaceAlignment));
-  kernels::derive_chunk_offsets_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(
-      m.cu_seqlens, m.num_sequences, chunk_size, offsets, nt);
+  kernels::derive_chunk_offsets_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(t, chunk_size, nt_max,
+                                                                                      offsets, nt);
   KDA_RETURN_IF_LAUNCH_ERROR();
   if (nt_max > 0) {
     const int threads = 256;
@@ -125,6 +131,15 @@ Status dispatch_dtype_chunk(DType dtype, int chunk_size, F&& f) {
 inline bool is_supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
 }  // namespace detail
+
+// Reads a device status word (see ChunkMetadataArgs::device_status) into *bits. This SYNCHRONISES: it waits for
+// `stream` to finish. Call it off the hot path: after a failure, in a debug mode, or once per many steps.
+inline Status read_device_status(const uint32_t* device_status, hipStream_t stream, uint32_t* bits) {
+  KDA_REQUIRE(device_status != nullptr && bits != nullptr, "read_device_status: null pointer");
+  KDA_RETURN_IF_RUNTIME_ERROR(hipMemcpyAsync(bits, device_status, sizeof(uint32_t), hipMemcpyDeviceToHost, stream));
+  KDA_RETURN_IF_RUNTIME_ERROR(hipStreamSynchronize(stream));
+  return Status();
+}
 
 // Public: derives chunk_offsets [N+1] (int32), NT and chunk_indices [NT_max,2] (int32) on the device into
 // `workspace` (derived_chunk_metadata_bytes of it), without any host sync. The layout: offsets at byte 0, NT right

@@ -11,6 +11,14 @@
 
 namespace kda::detail {
 
+// Bits of the device status word: problems only the device can see (the host cannot read device tables without a
+// sync). Kernels clamp every index they derive from such data, set the bit, and carry on inside their bounds.
+enum DeviceStatusBits : uint32_t {
+  kDeviceStatusBadCuSeqlens = 1u,   // cu_seqlens decreasing, outside [0, T], cu[0] != 0 or cu[N] != T
+  kDeviceStatusBadChunkTable = 2u,  // chunk_indices / chunk_offsets disagree with cu_seqlens
+  kDeviceStatusBadStateIndex = 4u,  // a state_indices entry >= the pool size (treated as "no state")
+};
+
 struct ChunkTable {
   IndexSpan cu_seqlens;     // [N+1]
   IndexSpan chunk_indices;  // [NT,2] (n, c)
@@ -18,9 +26,25 @@ struct ChunkTable {
   int64_t num_sequences = 0;
   int64_t num_chunks_host = -1;          // NT when known on the host, else -1
   const int32_t* num_chunks_device = nullptr;  // NT derived on the device, or null
+  int64_t total_tokens = 0;                    // T: every token index is clamped below it
+  uint32_t* device_status = nullptr;           // DeviceStatusBits are OR-ed in here; may be null
 
   __device__ int64_t num_chunks() const {
     return num_chunks_device != nullptr ? int64_t(*num_chunks_device) : num_chunks_host;
+  }
+  __device__ void report(uint32_t bits) const {
+    if (device_status != nullptr) atomicOr(device_status, bits);
+  }
+  // Token range [bos, eos) of sequence n, clamped into [0, T]; a malformed cu_seqlens is reported.
+  __device__ void sequence_range(int64_t n, int64_t* bos, int64_t* eos) const {
+    int64_t b = load_index(cu_seqlens, n), e = load_index(cu_seqlens, n + 1);
+    const bool bad = b < 0 || e < b || e > total_tokens || (n == 0 && b != 0) ||
+                     (n + 1 == num_sequences && e != total_tokens);
+    if (bad) report(kDeviceStatusBadCuSeqlens);
+    b = b < 0 ? 0 : (b > total_tokens ? total_tokens : b);
+    e = e < b ? b : (e > total_tokens ? total_tokens : e);
+    *bos = b;
+    *eos = e;
   }
 };
 
@@ -33,17 +57,24 @@ struct ChunkCoords {
 };
 
 // Looks up global chunk `g`; returns false when g is past NT (the block has nothing to do). Rows are clamped to
-// the sequence so a table that disagrees with cu_seqlens never sends a block outside its sequence.
+// the sequence and the sequence to [0, T], so a table that disagrees with cu_seqlens, or a malformed cu_seqlens,
+// never sends a block outside its sequence or outside the tensors; such a chunk is reported and skipped.
 template <int BT>
 __device__ inline bool locate_chunk(const ChunkTable& table, int64_t g, ChunkCoords* out) {
   if (g >= table.num_chunks()) return false;
   const int64_t n = load_index(table.chunk_indices, 2 * g);
   const int64_t c = load_index(table.chunk_indices, 2 * g + 1);
-  if (n < 0 || n >= table.num_sequences || c < 0) return false;
-  const int64_t bos = load_index(table.cu_seqlens, n);
-  const int64_t eos = load_index(table.cu_seqlens, n + 1);
+  if (n < 0 || n >= table.num_sequences || c < 0) {
+    table.report(kDeviceStatusBadChunkTable);
+    return false;
+  }
+  int64_t bos, eos;
+  table.sequence_range(n, &bos, &eos);
   const int64_t start = bos + c * BT;
-  if (start >= eos) return false;
+  if (start >= eos) {
+    table.report(kDeviceStatusBadChunkTable);
+    return false;
+  }
   out->seq = n;
   out->index = c;
   out->start = start;
