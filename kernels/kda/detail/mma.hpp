@@ -1,0 +1,224 @@
+// Matrix-unit primitive: one warp (NVIDIA, 32 lanes) or wavefront (AMD, 64 lanes) computes a 16x16 fp32 tile
+// D += A * B with A 16x16 (rows x k) and B 16x16 (k x cols) in bf16 or fp16.
+//
+//   NVIDIA:  two mma.sync.m16n8k16 (bf16/fp16 in, fp32 accumulate), 8 accumulators per lane.
+//   AMD:     one v_mfma_f32_16x16x16 (bf16_1k / f16), 4 accumulators per lane; mma_k32 uses gfx950's
+//            v_mfma_f32_16x16x32 where it exists and two 16x16x16 steps elsewhere.
+//
+// Stage code never touches a register layout directly: it asks where fragment element e of lane l lives
+// (a_coord / b_coord / acc_coord), loads fragments from shared memory with load_a / load_b, multiplies with mma,
+// and reads accumulators back through acc_coord. The layout functions are constexpr and host-callable, so a CPU
+// test checks that they describe a correct matrix product (tests/cpu/test_mma_layout.cpp).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kda/numeric.hpp"
+
+namespace kda::detail::mma {
+
+struct Coord {
+  int row, col;
+};
+
+// ---- Layouts (from the PTX ISA "mma.m16n8k16" fragment figures and AMD's MFMA 16x16 operand layouts) ----------
+namespace nvidia {
+constexpr int kLanes = 32, kAPerLane = 8, kBPerLane = 8, kAccPerLane = 8;
+// A: a0..a7 of lane l (group g = l/4, thread t = l%4): rows g / g+8, k columns 2t, 2t+1 (+8 for a4..a7).
+KDA_HOST_DEVICE constexpr Coord a_coord(int lane, int e) {
+  return {lane / 4 + 8 * ((e >> 1) & 1), 2 * (lane % 4) + (e & 1) + 8 * (e >> 2)};
+}
+// B (16x16 = two n8 halves): element e of half e/4: k rows 2t, 2t+1 (+8), column g (+8 for the second half).
+KDA_HOST_DEVICE constexpr Coord b_coord(int lane, int e) {
+  return {2 * (lane % 4) + (e & 1) + 8 * ((e >> 1) & 1), lane / 4 + 8 * (e >> 2)};
+}
+// Accumulators: c0..c3 of the first n8 half, c4..c7 of the second.
+KDA_HOST_DEVICE constexpr Coord acc_coord(int lane, int e) {
+  return {lane / 4 + 8 * ((e >> 1) & 1), 2 * (lane % 4) + (e & 1) + 8 * (e >> 2)};
+}
+}  // namespace nvidia
+
+namespace amd {
+constexpr int kLanes = 64, kAPerLane = 4, kBPerLane = 4, kAccPerLane = 4;
+// v_mfma_f32_16x16x16: lane l holds A[l%16][4*(l/16) + e], B[4*(l/16) + e][l%16], D[4*(l/16) + e][l%16].
+KDA_HOST_DEVICE constexpr Coord a_coord(int lane, int e) { return {lane % 16, 4 * (lane / 16) + e}; }
+KDA_HOST_DEVICE constexpr Coord b_coord(int lane, int e) { return {4 * (lane / 16) + e, lane % 16}; }
+KDA_HOST_DEVICE constexpr Coord acc_coord(int lane, int e) { return {4 * (lane / 16) + e, lane % 16}; }
+}  // namespace amd
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+namespace arch = nvidia;
+#else
+namespace arch = amd;
+#endif
+
+constexpr int kAPerLane = arch::kAPerLane;
+constexpr int kBPerLane = arch::kBPerLane;
+constexpr int kAccPerLane = arch::kAccPerLane;
+KDA_HOST_DEVICE constexpr Coord a_coord(int lane, int e) { return arch::a_coord(lane, e); }
+KDA_HOST_DEVICE constexpr Coord b_coord(int lane, int e) { return arch::b_coord(lane, e); }
+KDA_HOST_DEVICE constexpr Coord acc_coord(int lane, int e) { return arch::acc_coord(lane, e); }
+
+#if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC__)
+
+struct FragA {
+  uint16_t x[kAPerLane];
+};
+struct FragB {
+  uint16_t x[kBPerLane];
+};
+struct Acc {
+  float x[kAccPerLane];
+};
+
+__device__ inline void zero(Acc& c) {
+#pragma unroll
+  for (int e = 0; e < kAccPerLane; ++e) c.x[e] = 0.0f;
+}
+
+// Loads a 16x16 A tile whose element (r, k) is at tile[r * ld + k] (16-bit elements, as their bits).
+__device__ inline FragA load_a(const uint16_t* tile, int ld, int lane) {
+  FragA f;
+#pragma unroll
+  for (int e = 0; e < kAPerLane; ++e) {
+    const Coord c = a_coord(lane, e);
+    f.x[e] = tile[c.row * ld + c.col];
+  }
+  return f;
+}
+// Loads a 16x16 A tile stored transposed: element (r, k) is at tile[k * ld + r] (e.g. A = K^T from row-major K).
+__device__ inline FragA load_a_transposed(const uint16_t* tile, int ld, int lane) {
+  FragA f;
+#pragma unroll
+  for (int e = 0; e < kAPerLane; ++e) {
+    const Coord c = a_coord(lane, e);
+    f.x[e] = tile[c.col * ld + c.row];
+  }
+  return f;
+}
+// Loads a 16x16 B tile whose element (k, n) is at tile[k * ld + n].
+__device__ inline FragB load_b(const uint16_t* tile, int ld, int lane) {
+  FragB f;
+#pragma unroll
+  for (int e = 0; e < kBPerLane; ++e) {
+    const Coord c = b_coord(lane, e);
+    f.x[e] = tile[c.row * ld + c.col];
+  }
+  return f;
+}
+// Loads a 16x16 B tile stored transposed: element (k, n) is at tile[n * ld + k] (e.g. B = K^T from row-major K).
+__device__ inline FragB load_b_transposed(const uint16_t* tile, int ld, int lane) {
+  FragB f;
+#pragma unroll
+  for (int e = 0; e < kBPerLane; ++e) {
+    const Coord c = b_coord(lane, e);
+    f.x[e] = tile[c.col * ld + c.row];
+  }
+  return f;
+}
+
+// D += A * B. E selects bf16 (bf16_t) or fp16 (fp16_t) inputs.
+template <typename E>
+__device__ inline void mma(Acc& d, const FragA& a, const FragB& b) {
+#if defined(__CUDACC__) && !defined(__HIP__)
+  uint32_t ar[4], br[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    ar[i] = uint32_t(a.x[2 * i]) | (uint32_t(a.x[2 * i + 1]) << 16);
+    br[i] = uint32_t(b.x[2 * i]) | (uint32_t(b.x[2 * i + 1]) << 16);
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* c = d.x + 4 * half;
+    if constexpr (std::is_same_v<E, bf16_t>) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * half]), "r"(br[2 * half + 1]));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[2 * half]), "r"(br[2 * half + 1]));
+    }
+  }
+#else
+  typedef short short4_t __attribute__((ext_vector_type(4)));
+  typedef _Float16 half4_t __attribute__((ext_vector_type(4)));
+  typedef float float4_t __attribute__((ext_vector_type(4)));
+  float4_t c = {d.x[0], d.x[1], d.x[2], d.x[3]};
+  if constexpr (std::is_same_v<E, bf16_t>) {
+    short4_t av, bv;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      av[e] = short(a.x[e]);
+      bv[e] = short(b.x[e]);
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(av, bv, c, 0, 0, 0);
+  } else {
+    half4_t av, bv;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      av[e] = __builtin_bit_cast(_Float16, a.x[e]);
+      bv[e] = __builtin_bit_cast(_Float16, b.x[e]);
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x16f16(av, bv, c, 0, 0, 0);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) d.x[e] = c[e];
+#endif
+}
+
+// D += A * B over a 16 x 32 by 32 x 16 slab: two k16 steps (tiles at k offsets 0 and 16), or one
+// v_mfma_f32_16x16x32 on gfx950. A element (r, k) at a_tile[r * lda + k]; B element (k, n) at b_tile[k * ldb + n]
+// (or b_tile[n * ldb + k] when B_TRANSPOSED).
+template <typename E, bool B_TRANSPOSED>
+__device__ inline void mma_k32(Acc& d, const uint16_t* a_tile, int lda, const uint16_t* b_tile, int ldb, int lane) {
+#if defined(__gfx950__)
+  typedef __bf16 bf16x8_t __attribute__((ext_vector_type(8)));
+  typedef _Float16 half8_t __attribute__((ext_vector_type(8)));
+  typedef float float4_t __attribute__((ext_vector_type(4)));
+  uint16_t av[8], bv[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {  // lane l holds A[l%16][8*(l/16) + e] and B[8*(l/16) + e][l%16]
+    const int r = lane % 16, k = 8 * (lane / 16) + e;
+    av[e] = a_tile[r * lda + k];
+    bv[e] = B_TRANSPOSED ? b_tile[r * ldb + k] : b_tile[k * ldb + r];
+  }
+  float4_t c = {d.x[0], d.x[1], d.x[2], d.x[3]};
+  if constexpr (std::is_same_v<E, bf16_t>) {
+    bf16x8_t a8, b8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      a8[e] = __builtin_bit_cast(__bf16, av[e]);
+      b8[e] = __builtin_bit_cast(__bf16, bv[e]);
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x32_bf16(a8, b8, c, 0, 0, 0);
+  } else {
+    half8_t a8, b8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      a8[e] = __builtin_bit_cast(_Float16, av[e]);
+      b8[e] = __builtin_bit_cast(_Float16, bv[e]);
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x32_f16(a8, b8, c, 0, 0, 0);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) d.x[e] = c[e];
+#else
+#pragma unroll
+  for (int step = 0; step < 2; ++step) {
+    const FragA a = load_a(a_tile + 16 * step, lda, lane);
+    const FragB b = B_TRANSPOSED ? load_b_transposed(b_tile + 16 * step, ldb, lane)
+                                 : load_b(b_tile + 16 * step * ldb, ldb, lane);
+    mma<E>(d, a, b);
+  }
+#endif
+}
+
+#endif  // GPU compiler
+
+}  // namespace kda::detail::mma
