@@ -1,7 +1,7 @@
 // Stage 4: recompute_w_u (FLA recompute_w_u_fwd): the WY representation of the chunk's delta-rule updates.
 //
-//   w[i,:]  = round( sum_{j<=i} Tinv[i,j] * beta_j * k_j[:] * exp2(G_j[:]) )
-//   u[i,:]  = round( sum_{j<=i} Tinv[i,j] * beta_j * v_j[:] )
+//   w[i,:]  = round( sum_{j<=i} Tinv[i,j] * round(beta_j * k_j[:] * exp2(G_j[:])) )
+//   u[i,:]  = round( sum_{j<=i} Tinv[i,j] * round(beta_j * v_j[:]) )
 //   kg[i,:] = round( k_i[:] * exp2(G_last[:] - G_i[:]) )      (G_last: the chunk's last valid row)
 //
 // G is the chunk-local cumsum (<= 0 for non-positive gates), so every exp2 argument here is <= 0.
@@ -62,8 +62,9 @@ __global__ void __launch_bounds__(kWuThreads) recompute_w_u_kernel(RecomputeWuPa
         float rhs = 0.0f;
         if (j < chunk.length) {
           const int64_t t = chunk.start + j;
-          rhs = pass == 0 ? beta_s[j] * detail::load_elem<E>(p.k, t, h, d0 + d) * exp2f(g_at(j, d0 + d))
-                          : beta_s[j] * detail::load_elem<E>(p.v, t, h, d0 + d);
+          rhs = numeric::round_to<E>(pass == 0
+                                         ? beta_s[j] * detail::load_elem<E>(p.k, t, h, d0 + d) * exp2f(g_at(j, d0 + d))
+                                         : beta_s[j] * detail::load_elem<E>(p.v, t, h, d0 + d));
         }
         rhs_s[j][d] = rhs;
       }

@@ -3,7 +3,7 @@
 // One block per (sequence, head, V-tile of kStateTileV columns) walks that sequence's chunks in order. The fp32
 // state S [K, kStateTileV] lives in shared memory. For each chunk:
 //   h[chunk]   = round(S)                                   (pre-chunk state, for the output stage)
-//   v_new[i,:] = round( u[i,:] - sum_d w[i,d] S[d,:] )
+//   v_new[i,:] = round( u[i,:] - sum_d w[i,d] round(S)[d,:] )   (S enters the product in the I/O type)
 //   S[d,:]     = exp2(G_last[d]) S[d,:] + sum_{i<L} kg[i,d] v_new[i,:]
 // and at the end the final state is written. Chunk c of sequence n is global chunk chunk_offsets[n] + c, the order
 // the per-chunk stages use, so h and v_new line up with them.
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRe
 #pragma unroll
       for (int r = 0; r < kVnPerThread; ++r) {
         const int i = vn_i0 + r * (kStateThreads / kStateTileV);
-        for (int d = 0; d < kSlice; ++d) dot[r] += tile_s[i][d] * s_s[d0 + d][vn_v];
+        for (int d = 0; d < kSlice; ++d) dot[r] += tile_s[i][d] * numeric::round_to<E>(s_s[d0 + d][vn_v]);
       }
     }
 #pragma unroll

@@ -231,10 +231,11 @@ inline void solve_tril(const ChunkGeometry& g, const std::vector<float>& Akk, st
 
 // ---- Stage 4: w, u, kg ----------------------------------------------------------------------------------------------
 
-// w[i,:]  = round( sum_{j<=i} Tinv[i,j] * beta_j * k_j[:] * exp2(G_j[:]) )
-// u[i,:]  = round( sum_{j<=i} Tinv[i,j] * beta_j * v_j[:] )
+// w[i,:]  = round( sum_{j<=i} Tinv[i,j] * round(beta_j * k_j[:] * exp2(G_j[:])) )
+// u[i,:]  = round( sum_{j<=i} Tinv[i,j] * round(beta_j * v_j[:]) )
 // kg[i,:] = round( k_i[:] * exp2(G_{L-1}[:] - G_i[:]) )       (G_{L-1}: the chunk's last valid row)
-// Each term is Tinv[i,j] * (beta_j * k_j * exp2(G_j)): T @ (beta ⊙ k ⊙ exp(G)), the way the kernels form it.
+// T @ round(beta ⊙ k ⊙ exp(G)): the right-hand side enters the product in the I/O type (as in FLA, and as a matrix
+// unit takes it); Tinv stays fp32 (the kernels carry it as a hi + lo pair of 16-bit values).
 inline void recompute_w_u(const ChunkGeometry& g, const std::vector<float>& k, const std::vector<float>& v,
                           const std::vector<float>& G, const std::vector<float>& beta, const std::vector<float>& Tinv,
                           Rounding round, std::vector<float>* w, std::vector<float>* u, std::vector<float>* kg) {
@@ -255,8 +256,8 @@ inline void recompute_w_u(const ChunkGeometry& g, const std::vector<float>& k, c
           const float t_ij = Tinv[at(ti, h, j, H, BT)];
           const float beta_j = beta[size_t(tj) * size_t(H) + size_t(h)];
           for (int d = 0; d < K; ++d)
-            w_row[size_t(d)] += t_ij * (beta_j * k[at(tj, h, d, H, K)] * std::exp2(G[at(tj, h, d, H, K)]));
-          for (int e = 0; e < V; ++e) u_row[size_t(e)] += t_ij * (beta_j * v[at(tj, h, e, H, V)]);
+            w_row[size_t(d)] += t_ij * round(beta_j * k[at(tj, h, d, H, K)] * std::exp2(G[at(tj, h, d, H, K)]));
+          for (int e = 0; e < V; ++e) u_row[size_t(e)] += t_ij * round(beta_j * v[at(tj, h, e, H, V)]);
         }
         for (int d = 0; d < K; ++d) {
           (*w)[at(ti, h, d, H, K)] = round(w_row[size_t(d)]);
@@ -278,7 +279,8 @@ inline void recompute_w_u(const ChunkGeometry& g, const std::vector<float>& k, c
 
 // Per sequence n and head h, S (fp32 [K,V]) starts at initial_state[n,h] (or 0 when it is empty); for each chunk:
 //   h[chunk]     = round(S)
-//   v_new[i,:]   = round( u[i,:] - sum_d w[i,d] * S[d,:] )
+//   v_new[i,:]   = round( u[i,:] - sum_d w[i,d] * round(S)[d,:] )   (S enters the product in the I/O type, as
+//                                                                  in FLA and as a matrix unit takes it)
 //   S[d,:]       = exp2(G_{L-1}[d]) * S[d,:] + sum_{i<L} kg[i,d] * v_new[i,:]
 // final_state[n,h] = S (also for zero-length sequences: then it is the initial state). h has NT rows.
 inline void state_recurrence(const ChunkGeometry& g, const std::vector<float>& w, const std::vector<float>& u,
@@ -307,12 +309,12 @@ inline void state_recurrence(const ChunkGeometry& g, const std::vector<float>& w
         const int L = int(std::min<int64_t>(BT, length - c * BT));
         float* h_chunk = h->data() + (size_t(offsets[size_t(n)] + c) * size_t(H) + size_t(hd)) * state_size;
         for (size_t x = 0; x < state_size; ++x) h_chunk[x] = round(S[x]);
-        for (int i = 0; i < L; ++i) {  // v_new against the pre-chunk state
+        for (int i = 0; i < L; ++i) {  // v_new against the pre-chunk state, rounded like the matrix-unit operand
           const int64_t t = first + i;
           std::fill(vn_row.begin(), vn_row.end(), 0.0f);
           for (int d = 0; d < K; ++d) {
             const float w_id = w[at(t, hd, d, H, K)];
-            for (int e = 0; e < V; ++e) vn_row[size_t(e)] += w_id * S[size_t(d) * size_t(V) + size_t(e)];
+            for (int e = 0; e < V; ++e) vn_row[size_t(e)] += w_id * h_chunk[size_t(d) * size_t(V) + size_t(e)];
           }
           for (int e = 0; e < V; ++e) (*v_new)[at(t, hd, e, H, V)] = round(u[at(t, hd, e, H, V)] - vn_row[size_t(e)]);
         }

@@ -130,6 +130,19 @@ Status dispatch_dtype_chunk(DType dtype, int chunk_size, F&& f) {
 
 inline bool is_supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
+// Calls f(std::integral_constant<int, K>{}, std::integral_constant<int, V>{}) when K and V are both 64 or 128 (the
+// head dims whose operands fit the matrix-unit kernels' shared memory) and returns true; else returns false.
+template <typename F>
+bool dispatch_mma_head_dims(int K, int V, F&& f) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (K == 64 && V == 64) return f(D64{}, D64{}), true;
+  if (K == 64 && V == 128) return f(D64{}, D128{}), true;
+  if (K == 128 && V == 64) return f(D128{}, D64{}), true;
+  if (K == 128 && V == 128) return f(D128{}, D128{}), true;
+  return false;
+}
+
 }  // namespace detail
 
 // Reads a device status word (see ChunkMetadataArgs::device_status) into *bits. This SYNCHRONISES: it waits for

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kda/chunk_output.hpp"
+#include "kda/chunk_output_mma.hpp"
 #include "kda/launch/intra_chunk.hpp"
 #include "kda/launch/stage_common.hpp"
 
@@ -40,9 +41,19 @@ inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunk
   p.head_dim_v = g.head_dim_v;
   p.o = a.o;
   const int v_tiles = g.head_dim_v / kernels::kOutputTileV;
+  // K, V in {64, 128}: the matrix-unit kernel (one block per chunk and head); otherwise the scalar one.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    kernels::chunk_output_kernel<decltype(e), decltype(bt)::value>
-        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads, v_tiles), kernels::kOutputThreads, 0, stream>>>(p);
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value;
+    const bool mma = detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
+      kernels::chunk_output_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
+          <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kOutputMmaWarps * kWarpSize, 0, stream>>>(
+              p);
+    });
+    if (!mma) {
+      kernels::chunk_output_kernel<E, BT>
+          <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads, v_tiles), kernels::kOutputThreads, 0, stream>>>(p);
+    }
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });

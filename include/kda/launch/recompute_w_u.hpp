@@ -3,6 +3,7 @@
 
 #include "kda/launch/stage_common.hpp"
 #include "kda/recompute_w_u.hpp"
+#include "kda/recompute_w_u_mma.hpp"
 
 namespace kda {
 
@@ -41,9 +42,16 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
   p.w = a.w;
   p.u = a.u;
   p.kg = a.kg;
+  // K, V in {64, 128}: the matrix-unit kernel; otherwise the scalar one (same contract).
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    kernels::recompute_w_u_kernel<decltype(e), decltype(bt)::value>
-        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kWuThreads, 0, stream>>>(p);
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value;
+    const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
+    const bool mma = detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
+      kernels::recompute_w_u_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
+          <<<grid, kernels::kWuMmaWarps * kWarpSize, 0, stream>>>(p);
+    });
+    if (!mma) kernels::recompute_w_u_kernel<E, BT><<<grid, kernels::kWuThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });

@@ -5,6 +5,7 @@
 
 #include "kda/launch/stage_common.hpp"
 #include "kda/state_recurrence.hpp"
+#include "kda/state_recurrence_mma.hpp"
 
 namespace kda {
 
@@ -74,9 +75,18 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   p.state_pool_size = detail::pool_slots(a.state, g.metadata.num_sequences);
   p.h = a.h;
   p.v_new = a.v_new;
+  // K in {64, 128}: the matrix-unit kernel; K = 256 (whose operands exceed its shared memory): the scalar one.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    kernels::state_recurrence_kernel<decltype(e), decltype(bt)::value>
-        <<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value;
+    constexpr unsigned kMmaThreads = kernels::kStateMmaWarps * kWarpSize;
+    if (g.head_dim_k == 64) {
+      kernels::state_recurrence_mma_kernel<E, BT, 64><<<static_cast<unsigned>(blocks), kMmaThreads, 0, stream>>>(p);
+    } else if (g.head_dim_k == 128) {
+      kernels::state_recurrence_mma_kernel<E, BT, 128><<<static_cast<unsigned>(blocks), kMmaThreads, 0, stream>>>(p);
+    } else {
+      kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
+    }
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });

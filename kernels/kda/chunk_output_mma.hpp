@@ -1,0 +1,112 @@
+// Stage 6 on the matrix units: the same contract as chunk_output.hpp, for K, V in {64, 128}.
+//
+// One block of kOutputMmaWarps warps per (chunk, head); warp w owns row tile w of o across all V columns.
+// Phase 1: inter = qg h with qg = round(q exp2 G) built while staging, h staged in K-halves. Phase 2 (the same shared
+// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices.
+#pragma once
+
+#include "kda/chunk_output.hpp"
+#include "kda/detail/mma.hpp"
+
+namespace kda::kernels {
+
+constexpr int kOutputMmaWarps = 4;
+
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_kernel(ChunkOutputParams p) {
+  namespace m = detail::mma;
+  constexpr int kThreads = kOutputMmaWarps * kWarpSize;
+  constexpr int kLdQ = K + 8, kLdV = V + 8, kLdA = BT + 8;
+  constexpr int kKHalf = K / 2;
+  constexpr int kPhase1 = BT * kLdQ + kKHalf * kLdV;   // qg + half of h
+  constexpr int kPhase2 = 2 * BT * kLdA + BT * kLdV;   // Aqk hi, lo + v_new
+  __shared__ uint16_t smem[kPhase1 > kPhase2 ? kPhase1 : kPhase2];
+  uint16_t* qg_s = smem;
+  uint16_t* h_s = smem + BT * kLdQ;
+  uint16_t* a_hi = smem;
+  uint16_t* a_lo = smem + BT * kLdA;
+  uint16_t* vn_s = smem + 2 * BT * kLdA;
+
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const uint16_t* h_in = static_cast<const uint16_t*>(p.h) + (int64_t(blockIdx.x) * p.num_heads + h) * K * V;
+  const uint16_t* vn_in = static_cast<const uint16_t*>(p.v_new);
+  auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };
+  constexpr int kColTiles = V / 16;
+  const int rt = warp;  // BT / 16 <= kOutputMmaWarps
+  const bool has_rows = rt < BT / 16;
+
+  m::Acc acc[kColTiles];
+#pragma unroll
+  for (int ct = 0; ct < kColTiles; ++ct) m::zero(acc[ct]);
+
+  for (int e = threadIdx.x; e < BT * K; e += kThreads) {
+    const int i = e / K, d = e % K;
+    float qg = 0.0f;
+    if (i < chunk.length) qg = detail::load_elem<E>(p.q, chunk.start + i, h, d) * exp2f(p.G[row_of(i) * K + d]);
+    qg_s[i * kLdQ + d] = numeric::from_float<E>(qg).bits;
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kKHalf * (V / 8); e += kThreads) {
+      const int d = e / (V / 8), v = (e % (V / 8)) * 8;
+      *reinterpret_cast<uint4*>(&h_s[d * kLdV + v]) =
+          *reinterpret_cast<const uint4*>(h_in + (half * kKHalf + d) * V + v);
+    }
+    __syncthreads();
+    if (has_rows) {
+#pragma unroll
+      for (int kt = 0; kt < kKHalf / 16; ++kt) {
+        const m::FragA a = m::load_a(&qg_s[rt * 16 * kLdQ + half * kKHalf + kt * 16], kLdQ, lane);
+#pragma unroll
+        for (int ct = 0; ct < kColTiles; ++ct) {
+          m::mma<E>(acc[ct], a, m::load_b(&h_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int ct = 0; ct < kColTiles; ++ct)
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) acc[ct].x[e] *= p.scale;
+
+  __syncthreads();  // phase 1 is done with qg_s / h_s
+  for (int e = threadIdx.x; e < BT * BT; e += kThreads) {
+    const int i = e / BT, j = e % BT;
+    const float a = i < chunk.length ? p.Aqk[row_of(i) * BT + j] : 0.0f;
+    const E hi = numeric::from_float<E>(a);
+    a_hi[i * kLdA + j] = hi.bits;
+    a_lo[i * kLdA + j] = numeric::from_float<E>(a - numeric::to_float(hi)).bits;
+  }
+  for (int e = threadIdx.x; e < BT * (V / 8); e += kThreads) {
+    const int j = e / (V / 8), v = (e % (V / 8)) * 8;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (j < chunk.length) x = *reinterpret_cast<const uint4*>(vn_in + row_of(j) * V + v);
+    *reinterpret_cast<uint4*>(&vn_s[j * kLdV + v]) = x;
+  }
+  __syncthreads();
+  if (!has_rows) return;
+  for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
+    const m::FragA hi = m::load_a(&a_hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
+    const m::FragA lo = m::load_a(&a_lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
+#pragma unroll
+    for (int ct = 0; ct < kColTiles; ++ct) {
+      const m::FragB b = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
+      m::mma<E>(acc[ct], hi, b);
+      m::mma<E>(acc[ct], lo, b);
+    }
+  }
+#pragma unroll
+  for (int ct = 0; ct < kColTiles; ++ct)
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      const int i = rt * 16 + c.row;
+      if (i < chunk.length) detail::store_elem<E>(p.o, chunk.start + i, h, ct * 16 + c.col, acc[ct].x[e]);
+    }
+}
+
+}  // namespace kda::kernels

@@ -1,0 +1,102 @@
+// Stage 4 on the matrix units: the same contract as recompute_w_u.hpp, for K, V in {64, 128}.
+//
+// One block of kWuMmaWarps warps per (chunk, head). Tinv (fp32) enters the product as a hi + lo pair of 16-bit
+// matrices (hi = round(Tinv), lo = round(Tinv - hi)), which keeps ~16 significant bits; the right-hand sides
+// round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u.
+#pragma once
+
+#include "kda/detail/mma.hpp"
+#include "kda/recompute_w_u.hpp"
+
+namespace kda::kernels {
+
+constexpr int kWuMmaWarps = 4;
+
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_kernel(RecomputeWuParams p) {
+  namespace m = detail::mma;
+  constexpr int kThreads = kWuMmaWarps * kWarpSize;
+  constexpr int kLdT = BT + 8;
+  constexpr int kD = K > V ? K : V;
+  constexpr int kLdR = kD + 8;
+  __shared__ uint16_t t_hi[BT * kLdT];
+  __shared__ uint16_t t_lo[BT * kLdT];
+  __shared__ uint16_t rhs_s[BT * kLdR];
+  __shared__ float beta_s[BT];
+
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };  // (t, h) row index
+
+  for (int e = threadIdx.x; e < BT * BT; e += kThreads) {
+    const int i = e / BT, j = e % BT;
+    const float t = i < chunk.length ? p.Tinv[row_of(i) * BT + j] : 0.0f;
+    const E hi = numeric::from_float<E>(t);
+    t_hi[i * kLdT + j] = hi.bits;
+    t_lo[i * kLdT + j] = numeric::from_float<E>(t - numeric::to_float(hi)).bits;
+  }
+  for (int i = threadIdx.x; i < BT; i += kThreads) {
+    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
+                                                          p.beta_activation)
+                                 : 0.0f;
+  }
+
+  // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    constexpr int kMaxTiles = kD / 16;
+    const int dim = pass == 0 ? K : V;
+    __syncthreads();  // Tinv / beta ready; the previous pass is done with rhs_s
+    for (int e = threadIdx.x; e < BT * dim; e += kThreads) {
+      const int j = e / dim, d = e % dim;
+      float r = 0.0f;
+      if (j < chunk.length) {
+        r = pass == 0 ? beta_s[j] * detail::load_elem<E>(p.k, chunk.start + j, h, d) *
+                            exp2f(p.G[row_of(j) * K + d])
+                      : beta_s[j] * detail::load_elem<E>(p.v, chunk.start + j, h, d);
+      }
+      rhs_s[j * kLdR + d] = numeric::from_float<E>(r).bits;
+    }
+    __syncthreads();
+    for (int rt = warp; rt < BT / 16; rt += kWuMmaWarps) {
+      m::Acc acc[kMaxTiles];
+#pragma unroll
+      for (int ct = 0; ct < kMaxTiles; ++ct) m::zero(acc[ct]);
+      // Tinv is lower triangular: column tiles past the row tile are zero.
+      for (int kt = 0; kt <= rt; ++kt) {
+        const m::FragA hi = m::load_a(&t_hi[rt * 16 * kLdT + kt * 16], kLdT, lane);
+        const m::FragA lo = m::load_a(&t_lo[rt * 16 * kLdT + kt * 16], kLdT, lane);
+#pragma unroll
+        for (int ct = 0; ct < kMaxTiles; ++ct) {
+          if (ct * 16 >= dim) continue;
+          const m::FragB b = m::load_b(&rhs_s[kt * 16 * kLdR + ct * 16], kLdR, lane);
+          m::mma<E>(acc[ct], hi, b);
+          m::mma<E>(acc[ct], lo, b);
+        }
+      }
+      const MutableTensorView out = pass == 0 ? p.w : p.u;
+#pragma unroll
+      for (int ct = 0; ct < kMaxTiles; ++ct) {
+        if (ct * 16 >= dim) continue;
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; ++e) {
+          const m::Coord c = m::acc_coord(lane, e);
+          const int i = rt * 16 + c.row;
+          if (i < chunk.length) detail::store_elem<E>(out, chunk.start + i, h, ct * 16 + c.col, acc[ct].x[e]);
+        }
+      }
+    }
+  }
+
+  // kg: the keys decayed to the end of the chunk.
+  const int last = chunk.length - 1;
+  for (int e = threadIdx.x; e < chunk.length * K; e += kThreads) {
+    const int i = e / K, d = e % K;
+    const float decay = exp2f(p.G[row_of(last) * K + d] - p.G[row_of(i) * K + d]);
+    detail::store_elem<E>(p.kg, chunk.start + i, h, d, detail::load_elem<E>(p.k, chunk.start + i, h, d) * decay);
+  }
+}
+
+}  // namespace kda::kernels

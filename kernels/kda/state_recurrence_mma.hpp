@@ -1,0 +1,171 @@
+// Stage 5 on the matrix units: the same recurrence and contract as state_recurrence.hpp, for K in {64, 128}.
+//
+// One block of kWarps warps per (sequence, head, V-tile of 16 columns). The fp32 state S [K,16] stays in the
+// accumulator registers for the whole sequence: warp w owns row tiles w, w + kWarps, ... of S. Per chunk:
+//   1. stage w, kg [BT,K] and the u tile [BT,16] in shared memory; write h = round(S) to global and to shared
+//      memory, where it is the B operand of the next product;
+//   2. v_new = u - w round(S): one 16-row tile per warp, K/16 matrix-unit steps;
+//   3. S = exp2(G_last) S + kg^T v_new: the decay scales the accumulators in place, then BT/16 steps add kg^T v_new.
+#pragma once
+
+#include "kda/detail/mma.hpp"
+#include "kda/state_recurrence.hpp"
+
+namespace kda::kernels {
+
+constexpr int kStateMmaWarps = 4;
+
+template <typename E, int BT, int K>
+__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_mma_kernel(StateRecurrenceParams p) {
+  namespace m = detail::mma;
+  constexpr int kThreads = kStateMmaWarps * kWarpSize;
+  constexpr int kTileV = 16;
+  constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
+  constexpr int kStateTiles = K / 16;        // row tiles of S
+  constexpr int kTilesPerWarp = (kStateTiles + kStateMmaWarps - 1) / kStateMmaWarps;
+  constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
+  __shared__ uint16_t w_s[BT * kLd];
+  __shared__ uint16_t kg_s[BT * kLd];
+  __shared__ uint16_t state_s[K * kTileV];   // round(S), B operand of w round(S)
+  __shared__ uint16_t vn_s[BT * kTileV];     // v_new tile, B operand of kg^T v_new
+  __shared__ float u_s[BT * kTileV];
+  __shared__ float glast_s[K];
+
+  const int num_v_tiles = p.head_dim_v / kTileV;
+  const int vt = blockIdx.x % num_v_tiles;
+  const int h = (blockIdx.x / num_v_tiles) % p.num_heads;
+  const int64_t n = int64_t(blockIdx.x) / (int64_t(num_v_tiles) * p.num_heads);
+  if (n >= p.chunks.num_sequences) return;
+  const int v0 = vt * kTileV;
+  const int V = p.head_dim_v;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const uint16_t* w = static_cast<const uint16_t*>(p.w);
+  const uint16_t* kg = static_cast<const uint16_t*>(p.kg);
+  const E* u = static_cast<const E*>(p.u);
+  E* h_out = static_cast<E*>(p.h);
+  E* vnew_out = static_cast<E*>(p.v_new);
+
+  int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
+  if (slot >= p.state_pool_size) {
+    if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadStateIndex);
+    slot = -1;
+  }
+  if (slot < 0) slot = -1;
+  const bool load_initial = p.initial_state != nullptr && slot >= 0 &&
+                            (p.has_initial_state == nullptr || p.has_initial_state[n] != 0);
+
+  // S in registers: tile j of this warp is row tile warp + j * kStateMmaWarps.
+  m::Acc S[kTilesPerWarp];
+#pragma unroll
+  for (int j = 0; j < kTilesPerWarp; ++j) {
+    const int tile = warp + j * kStateMmaWarps;
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      S[j].x[e] = load_initial && tile < kStateTiles
+                      ? p.initial_state[state_offset(p, slot, h, tile * 16 + c.row, v0 + c.col)]
+                      : 0.0f;
+    }
+  }
+
+  int64_t bos, eos;
+  p.chunks.sequence_range(n, &bos, &eos);
+  const int64_t first_chunk = detail::load_index(p.chunks.chunk_offsets, n);
+  const int64_t nt = p.chunks.num_chunks();
+  const int64_t num_chunks = (eos - bos + BT - 1) / BT;
+  if (threadIdx.x == 0 && detail::load_index(p.chunks.chunk_offsets, n + 1) - first_chunk != num_chunks) {
+    p.chunks.report(detail::kDeviceStatusBadChunkTable);
+  }
+
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    const int64_t gid = first_chunk + c;
+    if (gid < 0 || gid >= nt) {
+      if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadChunkTable);
+      break;
+    }
+    const int64_t start = bos + c * BT;
+    const int length = static_cast<int>(eos - start < BT ? eos - start : BT);
+    __syncthreads();  // the previous chunk's reads of shared memory are done
+
+    // 1. Stage this chunk's operands; rows past the chunk are zero so they add nothing.
+    for (int e = threadIdx.x; e < BT * (K / 8); e += kThreads) {
+      const int i = e / (K / 8), d = (e % (K / 8)) * 8;
+      uint4 wv = make_uint4(0, 0, 0, 0), kv = make_uint4(0, 0, 0, 0);
+      if (i < length) {
+        const int64_t off = ((start + i) * p.num_heads + h) * K + d;
+        wv = *reinterpret_cast<const uint4*>(w + off);
+        kv = *reinterpret_cast<const uint4*>(kg + off);
+      }
+      *reinterpret_cast<uint4*>(&w_s[i * kLd + d]) = wv;
+      *reinterpret_cast<uint4*>(&kg_s[i * kLd + d]) = kv;
+    }
+    for (int e = threadIdx.x; e < BT * kTileV; e += kThreads) {
+      const int i = e / kTileV, v = e % kTileV;
+      u_s[e] = i < length ? numeric::to_float(u[((start + i) * p.num_heads + h) * V + v0 + v]) : 0.0f;
+    }
+    for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[((start + length - 1) * p.num_heads + h) * K + d];
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      const int tile = warp + j * kStateMmaWarps;
+      if (tile >= kStateTiles) continue;
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) {
+        const m::Coord cc = m::acc_coord(lane, e);
+        const int d = tile * 16 + cc.row;
+        const E rounded = numeric::from_float<E>(S[j].x[e]);
+        state_s[d * kTileV + cc.col] = rounded.bits;
+        h_out[((gid * p.num_heads + h) * K + d) * V + v0 + cc.col] = rounded;
+      }
+    }
+    __syncthreads();
+
+    // 2. v_new = u - w round(S).
+    for (int rt = warp; rt < kRowTiles; rt += kStateMmaWarps) {
+      m::Acc acc;
+      m::zero(acc);
+#pragma unroll
+      for (int kt = 0; kt < K / 32; ++kt) {
+        m::mma_k32<E, false>(acc, &w_s[rt * 16 * kLd + kt * 32], kLd, &state_s[kt * 32 * kTileV], kTileV, lane);
+      }
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) {
+        const m::Coord cc = m::acc_coord(lane, e);
+        const int i = rt * 16 + cc.row;
+        const E rounded = numeric::from_float<E>(u_s[i * kTileV + cc.col] - acc.x[e]);
+        vn_s[i * kTileV + cc.col] = i < length ? rounded.bits : uint16_t(0);
+        if (i < length) vnew_out[((start + i) * p.num_heads + h) * V + v0 + cc.col] = rounded;
+      }
+    }
+    __syncthreads();
+
+    // 3. S = exp2(G_last) S + kg^T v_new.
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      const int tile = warp + j * kStateMmaWarps;
+      if (tile >= kStateTiles) continue;
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) S[j].x[e] *= exp2f(glast_s[tile * 16 + m::acc_coord(lane, e).row]);
+#pragma unroll
+      for (int it = 0; it < kRowTiles; ++it) {
+        const m::FragA a = m::load_a_transposed(&kg_s[it * 16 * kLd + tile * 16], kLd, lane);
+        const m::FragB b = m::load_b(&vn_s[it * 16 * kTileV], kTileV, lane);
+        m::mma<E>(S[j], a, b);
+      }
+    }
+  }
+
+  if (p.final_state != nullptr && slot >= 0) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      const int tile = warp + j * kStateMmaWarps;
+      if (tile >= kStateTiles) continue;
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) {
+        const m::Coord cc = m::acc_coord(lane, e);
+        p.final_state[state_offset(p, slot, h, tile * 16 + cc.row, v0 + cc.col)] = S[j].x[e];
+      }
+    }
+  }
+}
+
+}  // namespace kda::kernels
