@@ -54,10 +54,25 @@ TEST(DeviceContainment, MalformedDeviceCuSeqlensIsClampedAndReported) {
       {0, 150, 60, 200},     // decreasing
       {0, 100, 100, 9000},   // past T
       {-50, 100, 150, 200},  // negative start
-      {0, 200, 200, 200},    // consistent order but disagrees with the chunk tables built for {0,100,150,200}
       {0, 100, 150, 180},    // cu[N] != T
   };
+  // A well-formed cu_seqlens that disagrees with host tables built for {0,100,150,200}: only the host-table mode
+  // can be inconsistent; derived tables follow it, so that mode must report nothing.
+  const std::vector<int32_t> disagrees_with_tables = {0, 200, 200, 200};
   for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+    {
+      DeviceProblemOptions opt;
+      opt.mode = mode;
+      auto dp = make_device_problem(problem({0, 100, 150, 200}, 2), opt);
+      ASSERT_NE(dp, nullptr);
+      poison_cu(*dp, disagrees_with_tables);
+      const uint32_t bits = run_and_read_status(*dp);
+      if (mode == MetadataMode::kHostBuilder) {
+        EXPECT_NE(bits & detail::kDeviceStatusBadChunkTable, 0u) << "host tables disagree with cu_seqlens";
+      } else {
+        EXPECT_EQ(bits, 0u) << "derived tables always agree with a well-formed cu_seqlens";
+      }
+    }
     for (const auto& cu : bad) {
       DeviceProblemOptions opt;
       opt.mode = mode;
