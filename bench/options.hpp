@@ -1,0 +1,18 @@
+// Run-time options of kda_bench beyond Google Benchmark's own flags (parsed in main.cpp, documented in
+// docs/benchmarks.md).
+#pragma once
+
+namespace kda::bench {
+
+struct BenchOptions {
+  int calls = 20;      // --kda_calls=N: back-to-back calls between the two GPU events of one timed iteration
+  int warmup = 3;      // --kda_warmup=N: untimed calls before the first timed iteration
+  bool graph = false;  // --kda_graph: time the N calls as one captured graph (host time is still a direct call)
+};
+
+inline BenchOptions& bench_options() {
+  static BenchOptions options;
+  return options;
+}
+
+}  // namespace kda::bench
