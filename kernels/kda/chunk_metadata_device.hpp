@@ -26,9 +26,13 @@ __device__ inline int64_t chunk_count_of(const detail::ChunkTable& t, int64_t n,
 
 // One block. Each thread owns a contiguous run of sequences; a block-wide scan of the run totals gives each run's
 // first chunk; the thread then writes its run's offsets.
-__global__ void __launch_bounds__(kOffsetsScanThreads)
+// (The kernels are templates on their block size so that a header included from several translation units defines
+// no strong kernel symbol twice.)
+template <int kThreads = kOffsetsScanThreads>
+__global__ void __launch_bounds__(kThreads)
 derive_chunk_offsets_kernel(detail::ChunkTable table, int chunk_size, int64_t max_chunks, int32_t* chunk_offsets,
                             int32_t* num_chunks) {
+  constexpr int kOffsetsScanThreads = kThreads;
   const int64_t num_sequences = table.num_sequences;
   __shared__ int64_t run_total[kOffsetsScanThreads];
   const int tid = threadIdx.x;
@@ -62,8 +66,10 @@ derive_chunk_offsets_kernel(detail::ChunkTable table, int chunk_size, int64_t ma
 
 // One thread per table row g < max_chunks: finds n with offsets[n] <= g < offsets[n+1] (the last such n, so empty
 // sequences, whose offsets repeat, are skipped) and writes (n, g - offsets[n]).
-__global__ void derive_chunk_indices_kernel(const int32_t* chunk_offsets, int64_t num_sequences, int64_t max_chunks,
-                                            int32_t* chunk_indices) {
+template <int kThreads = 256>
+__global__ void __launch_bounds__(kThreads)
+derive_chunk_indices_kernel(const int32_t* chunk_offsets, int64_t num_sequences, int64_t max_chunks,
+                            int32_t* chunk_indices) {
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= max_chunks) return;
   const int64_t nt = chunk_offsets[num_sequences];

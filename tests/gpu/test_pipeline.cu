@@ -12,6 +12,7 @@
 #include "reference/problem_generator.hpp"
 
 namespace kda::test {
+size_t workspace_size_from_second_translation_unit(const ChunkKdaArgs& args);  // second_translation_unit.cu
 namespace {
 
 constexpr double kRmsBar = 5e-3;  // FLA's o / final-state bar (KDA_SPEC §6)
@@ -447,6 +448,7 @@ TEST(ChunkKdaValidation, BadArgumentsAreRejectedBeforeAnyLaunch) {
   a = dp->args;
   a.geometry.chunk_size = 16;
   expect_error(a, StatusCode::kUnsupported, "chunk 16 in the pipeline");
+  EXPECT_EQ(workspace_size_from_second_translation_unit(dp->args), dp->workspace.bytes());
   const Status small = chunk_kda_fwd(dp->args, dp->workspace.get(), dp->workspace.bytes() - 1, nullptr);
   EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall);
 }

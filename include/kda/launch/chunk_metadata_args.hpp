@@ -94,11 +94,11 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   auto* indices = reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * size_t(m.num_sequences + 2),
                                                             kWorkspaceAlignment));
   kernels::derive_chunk_offsets_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(t, chunk_size, nt_max,
-                                                                                      offsets, nt);
+                                                                                        offsets, nt);
   KDA_RETURN_IF_LAUNCH_ERROR();
   if (nt_max > 0) {
-    const int threads = 256;
-    kernels::derive_chunk_indices_kernel<<<unsigned((nt_max + threads - 1) / threads), threads, 0, stream>>>(
+    constexpr int threads = 256;
+    kernels::derive_chunk_indices_kernel<threads><<<unsigned((nt_max + threads - 1) / threads), threads, 0, stream>>>(
         offsets, m.num_sequences, nt_max, indices);
     KDA_RETURN_IF_LAUNCH_ERROR();
   }
