@@ -14,6 +14,8 @@
 // writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
 #pragma once
 
+#include <cmath>
+
 #include "kda/launch/chunk_output.hpp"
 #include "kda/launch/gate_cumsum.hpp"
 #include "kda/launch/intra_chunk.hpp"
@@ -99,9 +101,23 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
   KDA_REQUIRE(view_ok(a.g, g, g.head_dim_k), "g: null or overlapping strides");
   KDA_REQUIRE(scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
   KDA_REQUIRE(view_ok(a.o, g, g.head_dim_v), "o: null or overlapping strides");
-  KDA_REQUIRE(a.beta_activation == BetaActivation::kNone || a.beta_activation == BetaActivation::kSigmoid ||
-                  a.beta_activation == BetaActivation::kSigmoidTimesTwo,
-              "beta_activation: unknown BetaActivation");
+  KDA_REQUIRE(beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
+  KDA_REQUIRE(scalar_type_ok(a.g_type), "g_type: unknown ScalarType");
+  KDA_REQUIRE(scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
+  KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
+  // o may be v itself (same data and strides: each element of v is read before o overwrites it), but must not
+  // overlap any other input or partially overlap v.
+  const int E = dtype_size(g.dtype), K = g.head_dim_k, V = g.head_dim_v;
+  const bool o_is_v = a.o.data == a.v.data && a.o.token_stride == a.v.token_stride &&
+                      a.o.head_stride == a.v.head_stride;
+  auto o_overlaps = [&](const TensorView& x, int dim, int elem) {
+    return views_overlap(a.o.data, a.o.token_stride, a.o.head_stride, V, E, x.data, x.token_stride, x.head_stride,
+                         dim, elem, g);
+  };
+  KDA_REQUIRE(o_is_v || !o_overlaps(a.v, V, E), "o: partially overlaps v (o may only be exactly v)");
+  KDA_REQUIRE(!o_overlaps(a.q, K, E) && !o_overlaps(a.k, K, E), "o: overlaps q or k");
+  KDA_REQUIRE(!o_overlaps(a.g, K, scalar_type_size(a.g_type)), "o: overlaps g");
+  KDA_REQUIRE(!o_overlaps(a.beta, 1, scalar_type_size(a.beta_type)), "o: overlaps beta");
   KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
               "num_sequences*num_heads: too many state blocks");
   return Status();
@@ -109,7 +125,11 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 
 }  // namespace detail
 
-inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) { return detail::chunk_kda_workspace_layout(a).total; }
+// Bytes of device workspace chunk_kda_fwd needs for these arguments; a pure host function. 0 for arguments
+// chunk_kda_fwd would reject (it then returns the reason).
+inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) {
+  return detail::validate_chunk_kda(a).is_ok() ? detail::chunk_kda_workspace_layout(a).total : 0;
+}
 
 // The device status word (DeviceStatusBits) of the last chunk_kda_fwd that used this workspace: 0 when the device
 // saw nothing wrong. It lives at the start of the workspace; pass it to read_device_status.

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <limits>
 #include <utility>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "kda/status.hpp"
@@ -261,6 +263,21 @@ struct ChunkMetadata {
   std::vector<int64_t> chunk_offsets;   // [N+1]
 };
 
+namespace detail {
+// Runs f (which allocates host vectors) and turns an allocation failure into a Status: the builders never throw
+// through the Status API.
+template <typename F>
+Status catching_host_allocation(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return invalid_argument("batch too large: host allocation failed");
+  } catch (const std::length_error&) {
+    return invalid_argument("batch too large: host allocation failed");
+  }
+}
+}  // namespace detail
+
 // Builds a ChunkMetadata from int64 cu_seqlens (the common host form). out_type is the type the tables are meant to
 // be uploaded as: every value is checked to fit it, and it is recorded in out->type. *out is untouched on error.
 inline Status build_chunk_metadata(const std::vector<int64_t>& cu_seqlens, int chunk_size, IndexType out_type,
@@ -271,17 +288,19 @@ inline Status build_chunk_metadata(const std::vector<int64_t>& cu_seqlens, int c
   int64_t nt = 0;
   KDA_RETURN_IF_ERROR(detail::validate_chunk_request(cu_seqlens.data(), IndexType::kInt64, n_seq, chunk_size, -1,
                                                      out_type, &nt, nullptr));
-  ChunkMetadata meta;
-  meta.type = out_type;
-  meta.chunk_size = chunk_size;
-  meta.num_sequences = n_seq;
-  meta.num_chunks = nt;
-  meta.chunk_indices.resize(size_t(nt) * 2);
-  meta.chunk_offsets.resize(size_t(n_seq) + 1);
-  detail::fill_chunk_tables(cu_seqlens.data(), n_seq, chunk_size, meta.chunk_indices.data(),
-                            meta.chunk_offsets.data());
-  *out = std::move(meta);
-  return Status::ok();
+  return detail::catching_host_allocation([&]() -> Status {
+    ChunkMetadata meta;
+    meta.type = out_type;
+    meta.chunk_size = chunk_size;
+    meta.num_sequences = n_seq;
+    meta.num_chunks = nt;
+    meta.chunk_indices.resize(size_t(nt) * 2);
+    meta.chunk_offsets.resize(size_t(n_seq) + 1);
+    detail::fill_chunk_tables(cu_seqlens.data(), n_seq, chunk_size, meta.chunk_indices.data(),
+                              meta.chunk_offsets.data());
+    *out = std::move(meta);
+    return Status::ok();
+  });
 }
 
 // As above with int32 tables (vLLM's type and ChunkMetadata's default).
@@ -306,16 +325,18 @@ inline Status build_chunk_metadata(const std::vector<int64_t>& cu_seqlens, int c
 // Prefill-only batch: cu = [0, cumsum(lengths)]. Zero lengths are allowed; negative ones are an error.
 inline Status make_prefill_cu_seqlens(const std::vector<int64_t>& lengths, std::vector<int64_t>* cu) {
   if (cu == nullptr) return invalid_argument("cu_seqlens output is null");
-  std::vector<int64_t> result(lengths.size() + 1, 0);
-  for (size_t n = 0; n < lengths.size(); ++n) {
-    if (lengths[n] < 0) return invalid_argument("sequence length is negative");
-    if (lengths[n] > std::numeric_limits<int64_t>::max() - result[n]) {
-      return invalid_argument("sum of sequence lengths overflows int64");
+  return detail::catching_host_allocation([&]() -> Status {
+    std::vector<int64_t> result(lengths.size() + 1, 0);
+    for (size_t n = 0; n < lengths.size(); ++n) {
+      if (lengths[n] < 0) return invalid_argument("sequence length is negative");
+      if (lengths[n] > std::numeric_limits<int64_t>::max() - result[n]) {
+        return invalid_argument("sum of sequence lengths overflows int64");
+      }
+      result[n + 1] = result[n] + lengths[n];
     }
-    result[n + 1] = result[n] + lengths[n];
-  }
-  *cu = std::move(result);
-  return Status::ok();
+    *cu = std::move(result);
+    return Status::ok();
+  });
 }
 
 // vLLM non-spec batch: num_decodes 1-token decode sequences first, then the prefills, all chunked together. Each
@@ -325,9 +346,11 @@ inline Status make_decode_prefill_cu_seqlens(int64_t num_decodes, const std::vec
                                              std::vector<int64_t>* cu) {
   if (cu == nullptr) return invalid_argument("cu_seqlens output is null");
   if (num_decodes < 0) return invalid_argument("num_decodes is negative");
-  std::vector<int64_t> lengths(size_t(num_decodes), 1);
-  lengths.insert(lengths.end(), prefill_lengths.begin(), prefill_lengths.end());
-  return make_prefill_cu_seqlens(lengths, cu);
+  return detail::catching_host_allocation([&]() -> Status {
+    std::vector<int64_t> lengths(size_t(num_decodes), 1);
+    lengths.insert(lengths.end(), prefill_lengths.begin(), prefill_lengths.end());
+    return make_prefill_cu_seqlens(lengths, cu);
+  });
 }
 
 // Speculative batch: num_sequences equal sequences of tokens_per_sequence tokens: cu = [0, k, 2k, ..., N*k].
@@ -338,10 +361,12 @@ inline Status make_spec_cu_seqlens(int64_t num_sequences, int64_t tokens_per_seq
   if (tokens_per_sequence > 0 && num_sequences > std::numeric_limits<int64_t>::max() / tokens_per_sequence) {
     return invalid_argument("num_sequences * tokens_per_sequence overflows int64");
   }
-  std::vector<int64_t> result(size_t(num_sequences) + 1);
-  for (int64_t n = 0; n <= num_sequences; ++n) result[size_t(n)] = n * tokens_per_sequence;
-  *cu = std::move(result);
-  return Status::ok();
+  return detail::catching_host_allocation([&]() -> Status {
+    std::vector<int64_t> result(size_t(num_sequences) + 1);
+    for (int64_t n = 0; n <= num_sequences; ++n) result[size_t(n)] = n * tokens_per_sequence;
+    *cu = std::move(result);
+    return Status::ok();
+  });
 }
 
 // One-call builders: the cu_seqlens of a batch kind, then its ChunkMetadata. *out is untouched on error.

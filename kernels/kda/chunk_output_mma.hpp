@@ -42,11 +42,23 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
 #pragma unroll
   for (int ct = 0; ct < kColTiles; ++ct) m::zero(acc[ct]);
 
-  for (int e = threadIdx.x; e < BT * K; e += kThreads) {
-    const int i = e / K, d = e % K;
-    float qg = 0.0f;
-    if (i < chunk.length) qg = detail::load_elem<E>(p.q, chunk.start + i, h, d) * exp2f(p.G[row_of(i) * K + d]);
-    qg_s[i * kLdQ + d] = numeric::from_float<E>(qg).bits;
+  // qg = round(q exp2 G), in groups whose loads are all issued before any is used.
+  constexpr int kPerThread = (BT * K + kThreads - 1) / kThreads;
+  constexpr int kGroup = kPerThread < 16 ? kPerThread : 16;
+  for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
+    float q_in[kGroup], g_in[kGroup];
+#pragma unroll
+    for (int x = 0; x < kGroup; ++x) {
+      const int e = threadIdx.x + (x0 + x) * kThreads, i = e / K, d = e % K;
+      const bool valid = e < BT * K && i < chunk.length;
+      q_in[x] = valid ? detail::load_elem<E>(p.q, chunk.start + i, h, d) : 0.0f;
+      g_in[x] = valid ? p.G[row_of(i) * K + d] : 0.0f;
+    }
+#pragma unroll
+    for (int x = 0; x < kGroup; ++x) {
+      const int e = threadIdx.x + (x0 + x) * kThreads, i = e / K, d = e % K;
+      if (e < BT * K) qg_s[i * kLdQ + d] = numeric::from_float<E>(i < chunk.length ? q_in[x] * exp2f(g_in[x]) : 0.0f).bits;
+    }
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -74,12 +86,25 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
     for (int e = 0; e < m::kAccPerLane; ++e) acc[ct].x[e] *= p.scale;
 
   __syncthreads();  // phase 1 is done with qg_s / h_s
-  for (int e = threadIdx.x; e < BT * BT; e += kThreads) {
-    const int i = e / BT, j = e % BT;
-    const float a = i < chunk.length ? p.Aqk[row_of(i) * BT + j] : 0.0f;
-    const E hi = numeric::from_float<E>(a);
-    a_hi[i * kLdA + j] = hi.bits;
-    a_lo[i * kLdA + j] = numeric::from_float<E>(a - numeric::to_float(hi)).bits;
+  constexpr int kAVecs = (BT * BT / 4 + kThreads - 1) / kThreads;
+  float4 av[kAVecs];
+#pragma unroll
+  for (int x = 0; x < kAVecs; ++x) {
+    const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+    av[x] = e < BT * BT / 4 && i < chunk.length ? *reinterpret_cast<const float4*>(&p.Aqk[row_of(i) * BT + j])
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int x = 0; x < kAVecs; ++x) {
+    const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+    if (e >= BT * BT / 4) continue;
+    const float a4[4] = {av[x].x, av[x].y, av[x].z, av[x].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const E hi = numeric::from_float<E>(a4[c]);
+      a_hi[i * kLdA + j + c] = hi.bits;
+      a_lo[i * kLdA + j + c] = numeric::from_float<E>(a4[c] - numeric::to_float(hi)).bits;
+    }
   }
   for (int e = threadIdx.x; e < BT * (V / 8); e += kThreads) {
     const int j = e / (V / 8), v = (e % (V / 8)) * 8;

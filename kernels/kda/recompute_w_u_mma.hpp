@@ -30,34 +30,53 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };  // (t, h) row index
 
-  for (int e = threadIdx.x; e < BT * BT; e += kThreads) {
-    const int i = e / BT, j = e % BT;
-    const float t = i < chunk.length ? p.Tinv[row_of(i) * BT + j] : 0.0f;
-    const E hi = numeric::from_float<E>(t);
-    t_hi[i * kLdT + j] = hi.bits;
-    t_lo[i * kLdT + j] = numeric::from_float<E>(t - numeric::to_float(hi)).bits;
+  // Tinv rows are contiguous fp32 [BT]: 16-byte loads, all issued before any use.
+  constexpr int kTVecs = (BT * BT / 4 + kThreads - 1) / kThreads;
+  float4 tv[kTVecs];
+#pragma unroll
+  for (int x = 0; x < kTVecs; ++x) {
+    const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+    tv[x] = e < BT * BT / 4 && i < chunk.length ? *reinterpret_cast<const float4*>(&p.Tinv[row_of(i) * BT + j])
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  for (int i = threadIdx.x; i < BT; i += kThreads) {
-    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
-                                                          p.beta_activation)
-                                 : 0.0f;
+#pragma unroll
+  for (int x = 0; x < kTVecs; ++x) {
+    const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+    if (e >= BT * BT / 4) continue;
+    const float t4[4] = {tv[x].x, tv[x].y, tv[x].z, tv[x].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const E hi = numeric::from_float<E>(t4[c]);
+      t_hi[i * kLdT + j + c] = hi.bits;
+      t_lo[i * kLdT + j + c] = numeric::from_float<E>(t4[c] - numeric::to_float(hi)).bits;
+    }
   }
-
   // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
     constexpr int kMaxTiles = kD / 16;
     const int dim = pass == 0 ? K : V;
     __syncthreads();  // Tinv / beta ready; the previous pass is done with rhs_s
-    for (int e = threadIdx.x; e < BT * dim; e += kThreads) {
-      const int j = e / dim, d = e % dim;
-      float r = 0.0f;
-      if (j < chunk.length) {
-        r = pass == 0 ? beta_s[j] * detail::load_elem<E>(p.k, chunk.start + j, h, d) *
-                            exp2f(p.G[row_of(j) * K + d])
-                      : beta_s[j] * detail::load_elem<E>(p.v, chunk.start + j, h, d);
+    // Right-hand side rows, in groups of kGroup elements per thread whose loads are all issued before any is used
+    // (memory-level parallelism without holding the whole tile in registers).
+    constexpr int kPerThread = (BT * kD + kThreads - 1) / kThreads;
+    constexpr int kGroup = kPerThread < 16 ? kPerThread : 16;
+    for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
+      float x_in[kGroup], g_in[kGroup];
+#pragma unroll
+      for (int x = 0; x < kGroup; ++x) {
+        const int e = threadIdx.x + (x0 + x) * kThreads, j = e / dim, d = e % dim;
+        const bool valid = e < BT * dim && j < chunk.length;
+        x_in[x] = valid ? detail::load_elem<E>(pass == 0 ? p.k : p.v, chunk.start + j, h, d) : 0.0f;
+        g_in[x] = valid && pass == 0 ? p.G[row_of(j) * K + d] : 0.0f;
       }
-      rhs_s[j * kLdR + d] = numeric::from_float<E>(r).bits;
+#pragma unroll
+      for (int x = 0; x < kGroup; ++x) {
+        const int e = threadIdx.x + (x0 + x) * kThreads, j = e / dim, d = e % dim;
+        if (e >= BT * dim) continue;
+        const float r = pass == 0 ? beta_s[j] * x_in[x] * exp2f(g_in[x]) : beta_s[j] * x_in[x];
+        rhs_s[j * kLdR + d] = numeric::from_float<E>(j < chunk.length ? r : 0.0f).bits;
+      }
     }
     __syncthreads();
     for (int rt = warp; rt < BT / 16; rt += kWuMmaWarps) {

@@ -77,6 +77,71 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
     p.chunks.report(detail::kDeviceStatusBadChunkTable);
   }
 
+  // Operands of one chunk held in registers: the next chunk's loads are issued before the current chunk's products,
+  // so the serial chain does not wait on memory latency. Rows past the chunk load as zeros and add nothing.
+  constexpr int kRowVecs = K / 8;                                      // 16-byte vectors per row of w / kg
+  constexpr int kWVecs = (BT * kRowVecs + kThreads - 1) / kThreads;    // per thread
+  constexpr int kUVecs = (BT * 2 + kThreads - 1) / kThreads;           // the u tile row is 16 x 16 bit = 2 vectors
+  constexpr int kGLast = (K + kThreads - 1) / kThreads;
+  struct ChunkRegs {
+    uint4 w[kWVecs], kg[kWVecs], u[kUVecs];
+    float glast[kGLast];
+  };
+  auto load_chunk = [&](int64_t chunk_start, int length, ChunkRegs& r) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int x = 0; x < kWVecs; ++x) {
+      const int e = threadIdx.x + x * kThreads;
+      const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
+      const bool valid = e < BT * kRowVecs && i < length;
+      const int64_t off = ((chunk_start + i) * p.num_heads + h) * K + d;
+      r.w[x] = valid ? *reinterpret_cast<const uint4*>(w + off) : zero;
+      r.kg[x] = valid ? *reinterpret_cast<const uint4*>(kg + off) : zero;
+    }
+#pragma unroll
+    for (int x = 0; x < kUVecs; ++x) {
+      const int e = threadIdx.x + x * kThreads;
+      const int i = e / 2, half = e % 2;
+      const bool valid = e < BT * 2 && i < length;
+      const int64_t off = ((chunk_start + i) * p.num_heads + h) * V + v0 + half * 8;
+      r.u[x] = valid ? *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(u) + off) : zero;
+    }
+#pragma unroll
+    for (int x = 0; x < kGLast; ++x) {
+      const int d = threadIdx.x + x * kThreads;
+      r.glast[x] = d < K ? p.G[((chunk_start + length - 1) * p.num_heads + h) * K + d] : 0.0f;
+    }
+  };
+  auto store_chunk = [&](const ChunkRegs& r) {
+#pragma unroll
+    for (int x = 0; x < kWVecs; ++x) {
+      const int e = threadIdx.x + x * kThreads;
+      if (e >= BT * kRowVecs) continue;
+      const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
+      *reinterpret_cast<uint4*>(&w_s[i * kLd + d]) = r.w[x];
+      *reinterpret_cast<uint4*>(&kg_s[i * kLd + d]) = r.kg[x];
+    }
+#pragma unroll
+    for (int x = 0; x < kUVecs; ++x) {
+      const int e = threadIdx.x + x * kThreads;
+      if (e >= BT * 2) continue;
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(&r.u[x]);
+#pragma unroll
+      for (int k8 = 0; k8 < 8; ++k8) u_s[e * 8 + k8] = numeric::to_float(E{bits[k8]});
+    }
+#pragma unroll
+    for (int x = 0; x < kGLast; ++x) {
+      const int d = threadIdx.x + x * kThreads;
+      if (d < K) glast_s[d] = r.glast[x];
+    }
+  };
+  auto chunk_length = [&](int64_t c) {
+    const int64_t chunk_start = bos + c * BT;
+    return static_cast<int>(eos - chunk_start < BT ? eos - chunk_start : BT);
+  };
+
+  ChunkRegs next;
+  if (num_chunks > 0) load_chunk(bos, chunk_length(0), next);
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
     if (gid < 0 || gid >= nt) {
@@ -84,26 +149,12 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
       break;
     }
     const int64_t start = bos + c * BT;
-    const int length = static_cast<int>(eos - start < BT ? eos - start : BT);
+    const int length = chunk_length(c);
     __syncthreads();  // the previous chunk's reads of shared memory are done
 
-    // 1. Stage this chunk's operands; rows past the chunk are zero so they add nothing.
-    for (int e = threadIdx.x; e < BT * (K / 8); e += kThreads) {
-      const int i = e / (K / 8), d = (e % (K / 8)) * 8;
-      uint4 wv = make_uint4(0, 0, 0, 0), kv = make_uint4(0, 0, 0, 0);
-      if (i < length) {
-        const int64_t off = ((start + i) * p.num_heads + h) * K + d;
-        wv = *reinterpret_cast<const uint4*>(w + off);
-        kv = *reinterpret_cast<const uint4*>(kg + off);
-      }
-      *reinterpret_cast<uint4*>(&w_s[i * kLd + d]) = wv;
-      *reinterpret_cast<uint4*>(&kg_s[i * kLd + d]) = kv;
-    }
-    for (int e = threadIdx.x; e < BT * kTileV; e += kThreads) {
-      const int i = e / kTileV, v = e % kTileV;
-      u_s[e] = i < length ? numeric::to_float(u[((start + i) * p.num_heads + h) * V + v0 + v]) : 0.0f;
-    }
-    for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[((start + length - 1) * p.num_heads + h) * K + d];
+    // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
+    store_chunk(next);
+    if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), next);
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
       const int tile = warp + j * kStateMmaWarps;

@@ -29,10 +29,14 @@ echo "$arch: $count kda kernels compiled (expected at least $min_kernels)"
 # the k32 form is used. (gfx90a is linked into an executable, so only the assembly targets are inspected.)
 if [ "$arch" != gfx90a ]; then
   asm="$work/all_kernels_$arch.s"
-  for kernel in state_recurrence_mma recompute_w_u_mma chunk_output_mma; do
+  # kernel[:pattern]: only instantiations whose symbol matches the pattern (intra_chunk_mma with BT = 16 has no
+  # off-diagonal tile, so only its BT = 32 / 64 forms must use the matrix units).
+  for spec in state_recurrence_mma recompute_w_u_mma chunk_output_mma 'intra_chunk_mma:ELi(32|64)EEEv'; do
+    kernel=${spec%%:*}
+    pattern=${spec#"$kernel"}; pattern=${pattern#:}
     # Per function body of that kernel: the number of v_mfma lines; every instantiation needs at least one.
-    counts=$(awk -v k="$kernel" '
-      $0 ~ "^_ZN3kda7kernels[0-9]+" k "_kernel.*:" { on = 1; n = 0; next }
+    counts=$(awk -v k="$kernel" -v pat="$pattern" '
+      $0 ~ "^_ZN3kda7kernels[0-9]+" k "_kernel.*:" && (pat == "" || $0 ~ pat) { on = 1; n = 0; next }
       on && /v_mfma/ { n++ }
       on && /s_endpgm/ { print n; on = 0 }' "$asm")
     [ -n "$counts" ] || { echo "$arch: no $kernel instantiation found"; exit 1; }

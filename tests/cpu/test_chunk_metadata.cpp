@@ -506,6 +506,26 @@ TEST(ChunkMetadataBatchKinds, SpeculativeBatchOf256SequencesOf8Tokens) {
 
 // ---- Packed layout for the upload ----------------------------------------------------------------------------------
 
+// A batch whose tables cannot be allocated on the host is an error Status, never an exception through the API.
+TEST(ChunkMetadataBatchKinds, ImpossibleAllocationIsAStatusNotAThrow) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's throwing operator new reports a failed allocation as fatal instead of throwing std::bad_alloc, so this
+  // path can only be exercised in the plain build (which runs it).
+  GTEST_SKIP() << "not testable under AddressSanitizer; runs in the plain build";
+#endif
+  std::vector<int64_t> cu{1, 2, 3};
+  kda::ChunkMetadata meta;
+  const std::vector<int64_t> before = cu;
+  EXPECT_EQ(kda::make_spec_cu_seqlens(int64_t(1) << 60, 0, &cu).code(), kda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kda::make_decode_prefill_cu_seqlens(int64_t(1) << 60, {}, &cu).code(), kda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cu, before) << "output untouched on error";
+  // 2^50 tokens in one sequence: the table would need 2^45 rows.
+  EXPECT_EQ(kda::build_chunk_metadata(std::vector<int64_t>{0, int64_t(1) << 50}, 32, kda::IndexType::kInt64, &meta)
+                .code(),
+            kda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(meta.num_chunks, 0);
+}
+
 TEST(ChunkMetadataPacking, Bytes) {
   // int32: NT*2*4 then (N+1)*4; int64: NT*2*8 then (N+1)*8.
   EXPECT_EQ(kda::chunk_metadata_bytes(0, 0, IndexType::kInt32), 4u);

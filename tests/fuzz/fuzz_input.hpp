@@ -12,7 +12,10 @@
 // away from it and its check is skipped, so that a run finds only new problems. KDA_FUZZ_TOLERATED_GAPS overrides
 // the mask at build time: 0 finds every known gap, clearing one bit finds that one (scripts/sanitize passes it
 // through from the environment). Once a gap is fixed, drop its bit here and the fuzzer guards the fix.
-#define KDA_FUZZ_KNOWN_GAPS 0x7FEu
+// G1..G11 are fixed. Bit 10 stays set: G10's inputs are impossible allocations, which libFuzzer's own malloc limit
+// reports as a crash before the builder can turn std::bad_alloc into a Status; tests/cpu/test_chunk_metadata.cpp
+// covers that path instead (ChunkMetadataBatchKinds.ImpossibleAllocationIsAStatusNotAThrow).
+#define KDA_FUZZ_KNOWN_GAPS 0x400u
 #ifndef KDA_FUZZ_TOLERATED_GAPS
 #define KDA_FUZZ_TOLERATED_GAPS KDA_FUZZ_KNOWN_GAPS
 #endif

@@ -37,29 +37,52 @@ namespace detail {
 constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t kWorkspaceAlignment = 256;
 
-// Bytes of workspace the device derivation needs: offsets [N+1], NT, indices [NT_max,2] (int32).
-inline size_t derived_metadata_bytes(const ChunkMetadataArgs& m, int chunk_size) {
-  if (m.has_tables()) return 0;
-  const int64_t nt_max = max_num_chunks(m.total_tokens, m.num_sequences, chunk_size);
-  return align_up(sizeof(int32_t) * size_t(m.num_sequences + 2), kWorkspaceAlignment) +
-         align_up(sizeof(int32_t) * size_t(2 * nt_max), kWorkspaceAlignment);
-}
+// Limits that keep every derived count and chunk id inside 32 bits (the device tables are int32).
+constexpr int64_t kMaxSequences = int64_t(1) << 29;
+constexpr int64_t kMaxTokens = (int64_t(1) << 31) - 1;
+
+inline bool index_type_ok(IndexType t) { return t == IndexType::kInt32 || t == IndexType::kInt64; }
 
 inline Status validate_metadata(const ChunkMetadataArgs& m, int chunk_size) {
   KDA_REQUIRE(m.cu_seqlens.data != nullptr, "cu_seqlens: null");
+  KDA_REQUIRE(index_type_ok(m.cu_seqlens.type), "cu_seqlens: unknown IndexType");
   KDA_REQUIRE(m.num_sequences >= 0, "num_sequences: negative");
+  KDA_REQUIRE(m.num_sequences <= kMaxSequences, "num_sequences: more than 2^29 sequences");
   KDA_REQUIRE(m.total_tokens >= 0, "total_tokens: negative");
+  KDA_REQUIRE(m.total_tokens <= kMaxTokens, "total_tokens: more than 2^31-1 tokens");
+  KDA_REQUIRE(m.num_sequences >= 1 || m.total_tokens == 0, "num_sequences: 0 while total_tokens > 0");
   KDA_REQUIRE(is_supported_chunk_size(chunk_size), "chunk_size: must be 16, 32 or 64");
+  // Both terms are bounded above, so the sum cannot overflow.
   KDA_REQUIRE(max_num_chunks(m.total_tokens, m.num_sequences, chunk_size) < (int64_t(1) << 30),
               "total_tokens/num_sequences: too many chunks for 32-bit chunk ids");
   if (m.has_tables()) {
     KDA_REQUIRE(m.chunk_indices.data != nullptr, "chunk_indices: null while chunk_offsets is given (pass both)");
     KDA_REQUIRE(m.chunk_offsets.data != nullptr, "chunk_offsets: null while chunk_indices is given (pass both)");
+    KDA_REQUIRE(index_type_ok(m.chunk_indices.type), "chunk_indices: unknown IndexType");
+    KDA_REQUIRE(index_type_ok(m.chunk_offsets.type), "chunk_offsets: unknown IndexType");
     KDA_REQUIRE(m.num_chunks >= 0, "num_chunks: must be the host NT when chunk tables are given");
     KDA_REQUIRE(m.num_chunks <= max_num_chunks(m.total_tokens, m.num_sequences, chunk_size),
                 "num_chunks: larger than ceil(T/BT)+N, inconsistent with total_tokens and num_sequences");
+    KDA_REQUIRE(m.num_chunks >= num_chunks_of(m.total_tokens, chunk_size),
+                "num_chunks: smaller than ceil(T/BT), too few chunks to cover total_tokens");
+    KDA_REQUIRE(m.num_chunks <= m.total_tokens, "num_chunks: larger than total_tokens (every chunk holds a token)");
   }
   return Status();
+}
+
+// True when T, N and BT are within the limits validate_metadata enforces (so the sizes below cannot overflow).
+inline bool metadata_sizes_ok(int64_t total_tokens, int64_t num_sequences, int chunk_size) {
+  return total_tokens >= 0 && total_tokens <= kMaxTokens && num_sequences >= 0 && num_sequences <= kMaxSequences &&
+         is_supported_chunk_size(chunk_size);
+}
+
+// Bytes of workspace the device derivation needs: offsets [N+1], NT, indices [NT_max,2] (int32). 0 when the caller
+// passes tables, and 0 for sizes validate_metadata rejects (the launch then reports why).
+inline size_t derived_metadata_bytes(const ChunkMetadataArgs& m, int chunk_size) {
+  if (m.has_tables() || !metadata_sizes_ok(m.total_tokens, m.num_sequences, chunk_size)) return 0;
+  const int64_t nt_max = max_num_chunks(m.total_tokens, m.num_sequences, chunk_size);
+  return align_up(sizeof(int32_t) * size_t(m.num_sequences + 2), kWorkspaceAlignment) +
+         align_up(sizeof(int32_t) * size_t(2 * nt_max), kWorkspaceAlignment);
 }
 
 // The tables a stage reads, and how many chunk blocks to launch.
@@ -110,12 +133,16 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   return Status();
 }
 
-// Calls f(E{}, std::integral_constant<int, BT>{}) for the run-time dtype and chunk size.
-template <typename F>
+// Calls f(E{}, std::integral_constant<int, BT>{}) for the run-time dtype and chunk size. Chunk size 16 exists for
+// solve_tril alone (kWithChunk16); the other stages support 32 and 64 (FLA's two), which keeps the instantiations
+// (and binaries) small.
+template <bool kWithChunk16 = false, typename F>
 Status dispatch_dtype_chunk(DType dtype, int chunk_size, F&& f) {
   auto with_bt = [&](auto e) -> Status {
     switch (chunk_size) {
-      case 16: return f(e, std::integral_constant<int, 16>{});
+      case 16:
+        if constexpr (kWithChunk16) return f(e, std::integral_constant<int, 16>{});
+        return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");
       case 32: return f(e, std::integral_constant<int, 32>{});
       case 64: return f(e, std::integral_constant<int, 64>{});
       default: return unsupported("chunk_size: must be 16, 32 or 64");

@@ -66,6 +66,10 @@ inline Status launch_chunk_output(const ChunkOutputArgs& a, void* workspace, siz
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.o, g, g.head_dim_v), "o: null or overlapping strides");
+  KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
+  KDA_REQUIRE(!detail::views_overlap(a.o.data, a.o.token_stride, a.o.head_stride, g.head_dim_v, dtype_size(g.dtype),
+                                     a.q.data, a.q.token_stride, a.q.head_stride, g.head_dim_k, dtype_size(g.dtype), g),
+              "o: overlaps q, which the output stage reads while writing o");
   KDA_REQUIRE((a.G && a.h && a.Aqk && a.v_new) || g.metadata.total_tokens == 0, "G/h/Aqk/v_new: null");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));

@@ -64,6 +64,7 @@ inline Status launch_gate_cumsum(const GateCumsumArgs& a, void* workspace, size_
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_RETURN_IF_ERROR(detail::validate_gate(a.gate, a.A_log, a.lower_bound));
   KDA_REQUIRE(detail::view_ok(a.g, g, g.head_dim_k), "g: null or overlapping strides");
+  KDA_REQUIRE(detail::scalar_type_ok(a.g_type), "g_type: unknown ScalarType");
   KDA_REQUIRE(a.G != nullptr || g.metadata.total_tokens == 0, "G: null");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));

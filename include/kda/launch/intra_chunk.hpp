@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kda/intra_chunk.hpp"
+#include "kda/intra_chunk_mma.hpp"
 #include "kda/launch/stage_common.hpp"
 
 namespace kda {
@@ -47,9 +48,11 @@ inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks&
   p.head_dim = g.head_dim_k;
   p.Akk = a.Akk;
   p.Aqk = a.Aqk;
+  // The matrix-unit kernel for every supported shape (K is a multiple of 16); intra_chunk_kernel stays as the
+  // plain per-element form of the same contract.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    kernels::intra_chunk_kernel<decltype(e), decltype(bt)::value>
-        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kIntraThreads, 0, stream>>>(p);
+    kernels::intra_chunk_mma_kernel<decltype(e), decltype(bt)::value>
+        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });
@@ -63,6 +66,9 @@ inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_
   KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
   KDA_REQUIRE(detail::scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  KDA_REQUIRE(detail::scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
+  KDA_REQUIRE(detail::beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
+  KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
   const bool have_outputs = a.G != nullptr && a.Akk != nullptr && a.Aqk != nullptr;
   KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Akk/Aqk: null");
   detail::ResolvedChunks chunks;

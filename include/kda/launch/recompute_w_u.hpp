@@ -65,6 +65,8 @@ inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, si
   KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.v, g, g.head_dim_v), "v: null or overlapping strides");
   KDA_REQUIRE(detail::scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  KDA_REQUIRE(detail::scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
+  KDA_REQUIRE(detail::beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
   KDA_REQUIRE(detail::view_ok(a.w, g, g.head_dim_k), "w: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.u, g, g.head_dim_v), "u: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.kg, g, g.head_dim_k), "kg: null or overlapping strides");

@@ -27,7 +27,7 @@ inline Status enqueue_solve_tril(const SolveTrilArgs& a, const ResolvedChunks& c
   p.A = a.A;
   p.num_heads = g.num_heads;
   p.Tinv = a.Tinv;
-  return detail::dispatch_dtype_chunk(DType::kBF16, g.chunk_size, [&](auto, auto bt) -> Status {
+  return detail::dispatch_dtype_chunk<true>(DType::kBF16, g.chunk_size, [&](auto, auto bt) -> Status {
     constexpr int BT = decltype(bt)::value;
     kernels::solve_tril_kernel<BT><<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), BT, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();

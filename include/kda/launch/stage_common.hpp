@@ -1,6 +1,8 @@
 // What every stage launcher shares: the problem geometry and the host-side checks on it.
 #pragma once
 
+#include <cstdint>
+
 #include "kda/launch/chunk_metadata_args.hpp"
 
 namespace kda {
@@ -20,6 +22,7 @@ constexpr int kMaxHeads = 4096;
 
 inline Status validate_geometry(const StageGeometry& g) {
   KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size));
+  if (g.chunk_size == 16) return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");
   KDA_REQUIRE(g.num_heads >= 1 && g.num_heads <= kMaxHeads, "num_heads: must be in [1, 4096]");
   if (!is_supported_head_dim(g.head_dim_k)) return unsupported("head_dim_k: must be 64, 128 or 256");
   if (!is_supported_head_dim(g.head_dim_v)) return unsupported("head_dim_v: must be 64, 128 or 256");
@@ -27,18 +30,49 @@ inline Status validate_geometry(const StageGeometry& g) {
   return Status();
 }
 
-// A [T,H,D] view is usable when its data is present (or T == 0) and its strides do not make heads or tokens overlap.
+// Number of elements spanned by a [T,H,D] view (largest offset + 1), or -1 when a stride is negative or the span
+// does not fit in int64 with room for the element size (the kernels index in int64).
+inline int64_t view_span(int64_t T, int H, int D, int64_t token_stride, int64_t head_stride) {
+  if (token_stride < 0 || head_stride < 0) return -1;
+  const __int128 span = __int128(T - 1) * token_stride + __int128(H - 1) * head_stride + D;
+  return span > (__int128(1) << 59) ? -1 : int64_t(span);
+}
+
+// A [T,H,D] view is usable when its data is present (or T == 0), its span fits in int64, and no two of its (t, h)
+// rows overlap: heads inside a token (head_stride >= D, token_stride >= (H-1) head_stride + D) or tokens inside a
+// head (token_stride >= D, head_stride >= (T-1) token_stride + D).
+inline bool view_ok(const void* data, int64_t token_stride, int64_t head_stride, const StageGeometry& g, int dim) {
+  const int64_t T = g.metadata.total_tokens, H = g.num_heads;
+  if (T == 0) return true;
+  if (data == nullptr || view_span(T, g.num_heads, dim, token_stride, head_stride) < 0) return false;
+  const bool heads_in_token = head_stride >= dim && token_stride >= (H - 1) * head_stride + dim;
+  const bool tokens_in_head = token_stride >= dim && head_stride >= (T - 1) * token_stride + dim;
+  return heads_in_token || tokens_in_head || (T == 1 && H == 1);
+}
 inline bool view_ok(const TensorView& v, const StageGeometry& g, int dim) {
-  if (g.metadata.total_tokens == 0) return true;
-  return v.data != nullptr && v.head_stride >= dim && v.token_stride >= int64_t(g.num_heads - 1) * v.head_stride + dim;
+  return view_ok(v.data, v.token_stride, v.head_stride, g, dim);
 }
 inline bool view_ok(const MutableTensorView& v, const StageGeometry& g, int dim) {
-  return view_ok(TensorView{v.data, v.token_stride, v.head_stride}, g, dim);
+  return view_ok(v.data, v.token_stride, v.head_stride, g, dim);
 }
-// For [T,H] tensors such as beta: head_stride >= 1.
-inline bool scalar_view_ok(const TensorView& v, const StageGeometry& g) {
-  if (g.metadata.total_tokens == 0) return true;
-  return v.data != nullptr && v.head_stride >= 1 && v.token_stride >= int64_t(g.num_heads - 1) * v.head_stride + 1;
+// For [T,H] tensors such as beta (D = 1).
+inline bool scalar_view_ok(const TensorView& v, const StageGeometry& g) { return view_ok(v, g, 1); }
+
+// Whether the byte ranges of two views (elements of elem_a / elem_b bytes) intersect. Call on views view_ok accepts.
+inline bool views_overlap(const void* a, int64_t a_ts, int64_t a_hs, int a_dim, int elem_a, const void* b,
+                          int64_t b_ts, int64_t b_hs, int b_dim, int elem_b, const StageGeometry& g) {
+  if (g.metadata.total_tokens == 0 || a == nullptr || b == nullptr) return false;
+  const auto begin_a = reinterpret_cast<uintptr_t>(a), begin_b = reinterpret_cast<uintptr_t>(b);
+  const uintptr_t end_a = begin_a + uintptr_t(view_span(g.metadata.total_tokens, g.num_heads, a_dim, a_ts, a_hs)) * elem_a;
+  const uintptr_t end_b = begin_b + uintptr_t(view_span(g.metadata.total_tokens, g.num_heads, b_dim, b_ts, b_hs)) * elem_b;
+  return begin_a < end_b && begin_b < end_a;
+}
+
+inline bool scalar_type_ok(ScalarType t) {
+  return t == ScalarType::kFloat32 || t == ScalarType::kBFloat16 || t == ScalarType::kFloat16;
+}
+inline bool beta_activation_ok(BetaActivation a) {
+  return a == BetaActivation::kNone || a == BetaActivation::kSigmoid || a == BetaActivation::kSigmoidTimesTwo;
 }
 
 inline dim3 chunk_grid(int64_t grid_chunks, int num_heads, int z = 1) {

@@ -32,6 +32,7 @@ struct StateRecurrenceArgs {
 
 namespace detail {
 inline Status validate_state(const StateArgs& s, int64_t num_sequences) {
+  if (s.state_indices.data != nullptr) KDA_REQUIRE(index_type_ok(s.state_indices.type), "state_indices: unknown IndexType");
   const bool any_state = s.initial_state != nullptr || s.final_state != nullptr;
   if (s.state_indices.data != nullptr) {
     KDA_REQUIRE(any_state, "state_indices: given without an initial_state or final_state pool");
@@ -57,7 +58,6 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   const StageGeometry& g = a.geometry;
   const int64_t blocks = g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV);
   if (blocks == 0) return Status();
-  KDA_REQUIRE(blocks < (int64_t(1) << 31), "num_sequences*num_heads: too many state blocks");
   kernels::StateRecurrenceParams p;
   p.chunks = chunks.table;
   p.w = a.w;
@@ -98,6 +98,8 @@ inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* worksp
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_RETURN_IF_ERROR(detail::validate_state(a.state, g.metadata.num_sequences));
+  KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
+              "num_sequences*num_heads: too many state blocks");
   const bool have = a.w && a.u && a.kg && a.G && a.h && a.v_new;
   KDA_REQUIRE(have || g.metadata.total_tokens == 0, "w/u/kg/G/h/v_new: null");
   detail::ResolvedChunks chunks;
