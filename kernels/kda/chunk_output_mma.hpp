@@ -2,7 +2,8 @@
 //
 // One block of kOutputMmaWarps warps per (chunk, head); warp w owns row tile w of o across all V columns.
 // Phase 1: inter = qg h with qg = round(q exp2 G) built while staging, h staged in K-halves. Phase 2 (the same shared
-// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices.
+// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. q is read 16 bytes at a
+// time, so it must be vector_aligned (the launcher checks; otherwise it runs the scalar chunk_output_kernel).
 #pragma once
 
 #include "kda/chunk_output.hpp"
@@ -42,22 +43,32 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
 #pragma unroll
   for (int ct = 0; ct < kColTiles; ++ct) m::zero(acc[ct]);
 
-  // qg = round(q exp2 G), in groups whose loads are all issued before any is used.
-  constexpr int kPerThread = (BT * K + kThreads - 1) / kThreads;
-  constexpr int kGroup = kPerThread < 16 ? kPerThread : 16;
+  // qg = round(q exp2 G) in units of 8 columns (one 16-byte load of q, two of G), in groups whose loads are all
+  // issued before any is used.
+  constexpr int kUnits = BT * K / 8;
+  constexpr int kPerThread = (kUnits + kThreads - 1) / kThreads;
+  constexpr int kGroup = kPerThread < 4 ? kPerThread : 4;
   for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
-    float q_in[kGroup], g_in[kGroup];
+    float q_in[kGroup][8], g_in[kGroup][8];
 #pragma unroll
     for (int x = 0; x < kGroup; ++x) {
-      const int e = threadIdx.x + (x0 + x) * kThreads, i = e / K, d = e % K;
-      const bool valid = e < BT * K && i < chunk.length;
-      q_in[x] = valid ? detail::load_elem<E>(p.q, chunk.start + i, h, d) : 0.0f;
-      g_in[x] = valid ? p.G[row_of(i) * K + d] : 0.0f;
+      const int u = threadIdx.x + (x0 + x) * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+      const bool valid = u < kUnits && i < chunk.length;
+      if (valid) {
+        detail::load8<E>(p.q, chunk.start + i, h, d, q_in[x]);
+        detail::load8(&p.G[row_of(i) * K + d], g_in[x]);
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        if (!valid) q_in[x][c] = g_in[x][c] = 0.0f;
+      }
     }
 #pragma unroll
     for (int x = 0; x < kGroup; ++x) {
-      const int e = threadIdx.x + (x0 + x) * kThreads, i = e / K, d = e % K;
-      if (e < BT * K) qg_s[i * kLdQ + d] = numeric::from_float<E>(i < chunk.length ? q_in[x] * exp2f(g_in[x]) : 0.0f).bits;
+      const int u = threadIdx.x + (x0 + x) * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+      if (u >= kUnits) continue;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) qg_s[i * kLdQ + d + c] = numeric::from_float<E>(q_in[x][c] * exp2f(g_in[x][c])).bits;
     }
   }
 #pragma unroll

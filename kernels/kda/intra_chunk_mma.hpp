@@ -11,7 +11,8 @@
 // exp2(G_i - G_j) with j <= i.
 //
 // One block of kIntraMmaWarps warps per (chunk, head); warp a owns row block a. K is walked in slices of 16 channels
-// staged in shared memory.
+// staged in shared memory with 16-byte loads: q and k must be vector_aligned (the launcher checks; otherwise it runs
+// intra_chunk_kernel, the per-element form of the same contract).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -75,18 +76,60 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize) intra_chunk_mma_ke
     *lo = numeric::from_float<E>(x - numeric::to_float(h16)).bits;
   };
 
+  // Each lane's diagonal pairs (i, j), j <= i, decoded once: pair = i (i + 1) / 2 + j.
+  int pair_i[kPairsPerLane], pair_j[kPairsPerLane];
+#pragma unroll
+  for (int x = 0; x < kPairsPerLane; ++x) {
+    const int pair = lane + x * kWarpSize;
+    int i = 0;
+    while ((i + 1) * (i + 2) / 2 <= pair) ++i;
+    pair_i[x] = pair < kDiagPairs ? i : 16;  // 16: no pair
+    pair_j[x] = pair - i * (i + 1) / 2;
+  }
+
+  // Slice staging: 16 channels of a row are two 16-byte vectors of q and of k and four of G; every load of the
+  // slice is issued before any is used.
+  constexpr int kQkUnits = BT * 2, kGUnits = BT * 4;
+  constexpr int kQkPerThread = (kQkUnits + kThreads - 1) / kThreads;
+  constexpr int kGPerThread = (kGUnits + kThreads - 1) / kThreads;
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
+    float qv[kQkPerThread][8], kv[kQkPerThread][8], gv[kGPerThread][4];
+#pragma unroll
+    for (int x = 0; x < kQkPerThread; ++x) {
+      const int u = threadIdx.x + x * kThreads, i = u / 2, d = d0 + (u % 2) * 8;
+      if (u < kQkUnits && i < chunk.length) {
+        detail::load8<E>(p.q, chunk.start + i, h, d, qv[x]);
+        detail::load8<E>(p.k, chunk.start + i, h, d, kv[x]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) qv[x][c] = kv[x][c] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < kGPerThread; ++x) {
+      const int u = threadIdx.x + x * kThreads, i = u / 4, d = d0 + (u % 4) * 4;
+      const float4 g4 = u < kGUnits && i < chunk.length
+                            ? *reinterpret_cast<const float4*>(&p.G[((chunk.start + i) * p.num_heads + h) * p.head_dim + d])
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      gv[x][0] = g4.x; gv[x][1] = g4.y; gv[x][2] = g4.z; gv[x][3] = g4.w;
+    }
     __syncthreads();  // the previous slice is consumed
 #pragma unroll
-    for (int x = 0; x < (BT * kSlice + kThreads - 1) / kThreads; ++x) {
-      const int e = threadIdx.x + x * kThreads;
-      if (e >= BT * kSlice) continue;
-      const int i = e / kSlice, d = e % kSlice;
-      const bool valid = i < chunk.length;
-      const int64_t t = chunk.start + i;
-      q_s[i * kLdS + d] = valid ? detail::load_elem<E>(p.q, t, h, d0 + d) : 0.0f;
-      k_s[i * kLdS + d] = valid ? detail::load_elem<E>(p.k, t, h, d0 + d) : 0.0f;
-      g_s[i * kLdS + d] = valid ? p.G[(t * p.num_heads + h) * p.head_dim + d0 + d] : 0.0f;
+    for (int x = 0; x < kQkPerThread; ++x) {
+      const int u = threadIdx.x + x * kThreads, i = u / 2, d = (u % 2) * 8;
+      if (u >= kQkUnits) continue;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        q_s[i * kLdS + d + c] = qv[x][c];
+        k_s[i * kLdS + d + c] = kv[x][c];
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < kGPerThread; ++x) {
+      const int u = threadIdx.x + x * kThreads, i = u / 4, d = (u % 4) * 4;
+      if (u >= kGUnits) continue;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) g_s[i * kLdS + d + c] = gv[x][c];
     }
     __syncthreads();
     if (active) {
@@ -105,13 +148,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize) intra_chunk_mma_ke
       // Diagonal block, exactly: each lane owns a few (i, j) pairs.
 #pragma unroll
       for (int x = 0; x < kPairsPerLane; ++x) {
-        const int pair = lane + x * kWarpSize;
-        if (pair >= kDiagPairs) continue;
-        int i = 0;
-        while ((i + 1) * (i + 2) / 2 <= pair) ++i;  // pair = i(i+1)/2 + j
-        const int j = pair - i * (i + 1) / 2;
-        const int ri = r + i, rj = r + j;
-        if (ri >= chunk.length) continue;  // no such token: its row is never written
+        const int ri = r + pair_i[x], rj = r + pair_j[x];
+        if (pair_i[x] >= 16 || ri >= chunk.length) continue;  // no pair, or no such token
         float kk = 0.0f, qk = 0.0f;
 #pragma unroll
         for (int d = 0; d < kSlice; ++d) {
@@ -161,11 +199,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize) intra_chunk_mma_ke
     }
 #pragma unroll
     for (int x = 0; x < kPairsPerLane; ++x) {
-      const int pair = lane + x * kWarpSize;
-      if (pair >= kDiagPairs) continue;
-      int i = 0;
-      while ((i + 1) * (i + 2) / 2 <= pair) ++i;
-      const int j = pair - i * (i + 1) / 2;
+      const int i = pair_i[x], j = pair_j[x];
+      if (i >= 16) continue;
       if (j < i) akk_s[(r + i) * (BT + 1) + r + j] = diag_kk[x];
       aqk_s[(r + i) * (BT + 1) + r + j] = diag_qk[x];
     }

@@ -3,6 +3,8 @@
 // One block of kWuMmaWarps warps per (chunk, head). Tinv (fp32) enters the product as a hi + lo pair of 16-bit
 // matrices (hi = round(Tinv), lo = round(Tinv - hi)), which keeps ~16 significant bits; the right-hand sides
 // round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u.
+// k and v are read 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it runs the
+// scalar recompute_w_u_kernel).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -51,31 +53,49 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
       t_lo[i * kLdT + j + c] = numeric::from_float<E>(t4[c] - numeric::to_float(hi)).bits;
     }
   }
+  for (int i = threadIdx.x; i < BT; i += kThreads) {
+    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
+                                                          p.beta_activation)
+                                 : 0.0f;
+  }
+
   // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
     constexpr int kMaxTiles = kD / 16;
     const int dim = pass == 0 ? K : V;
     __syncthreads();  // Tinv / beta ready; the previous pass is done with rhs_s
-    // Right-hand side rows, in groups of kGroup elements per thread whose loads are all issued before any is used
-    // (memory-level parallelism without holding the whole tile in registers).
-    constexpr int kPerThread = (BT * kD + kThreads - 1) / kThreads;
-    constexpr int kGroup = kPerThread < 16 ? kPerThread : 16;
+    // Right-hand side rows in units of 8 columns (one 16-byte load of k or v, two of G), in groups whose loads are
+    // all issued before any is used.
+    constexpr int kUnitsMax = BT * kD / 8;
+    constexpr int kPerThread = (kUnitsMax + kThreads - 1) / kThreads;
+    constexpr int kGroup = kPerThread < 4 ? kPerThread : 4;
+    const int units = BT * dim / 8;
     for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
-      float x_in[kGroup], g_in[kGroup];
+      float x_in[kGroup][8], g_in[kGroup][8];
 #pragma unroll
       for (int x = 0; x < kGroup; ++x) {
-        const int e = threadIdx.x + (x0 + x) * kThreads, j = e / dim, d = e % dim;
-        const bool valid = e < BT * dim && j < chunk.length;
-        x_in[x] = valid ? detail::load_elem<E>(pass == 0 ? p.k : p.v, chunk.start + j, h, d) : 0.0f;
-        g_in[x] = valid && pass == 0 ? p.G[row_of(j) * K + d] : 0.0f;
+        const int u = threadIdx.x + (x0 + x) * kThreads, j = u / (dim / 8), d = (u % (dim / 8)) * 8;
+        const bool valid = u < units && j < chunk.length;
+        if (valid) {
+          detail::load8<E>(pass == 0 ? p.k : p.v, chunk.start + j, h, d, x_in[x]);
+          if (pass == 0) detail::load8(&p.G[row_of(j) * K + d], g_in[x]);
+        }
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          if (!valid) x_in[x][c] = 0.0f;
+          if (!valid || pass != 0) g_in[x][c] = 0.0f;
+        }
       }
 #pragma unroll
       for (int x = 0; x < kGroup; ++x) {
-        const int e = threadIdx.x + (x0 + x) * kThreads, j = e / dim, d = e % dim;
-        if (e >= BT * dim) continue;
-        const float r = pass == 0 ? beta_s[j] * x_in[x] * exp2f(g_in[x]) : beta_s[j] * x_in[x];
-        rhs_s[j * kLdR + d] = numeric::from_float<E>(j < chunk.length ? r : 0.0f).bits;
+        const int u = threadIdx.x + (x0 + x) * kThreads, j = u / (dim / 8), d = (u % (dim / 8)) * 8;
+        if (u >= units) continue;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const float r = pass == 0 ? beta_s[j] * x_in[x][c] * exp2f(g_in[x][c]) : beta_s[j] * x_in[x][c];
+          rhs_s[j * kLdR + d + c] = numeric::from_float<E>(r).bits;
+        }
       }
     }
     __syncthreads();

@@ -41,11 +41,13 @@ inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunk
   p.head_dim_v = g.head_dim_v;
   p.o = a.o;
   const int v_tiles = g.head_dim_v / kernels::kOutputTileV;
-  // K, V in {64, 128}: the matrix-unit kernel (one block per chunk and head); otherwise the scalar one.
+  // K, V in {64, 128} with a 16-byte-aligned q: the matrix-unit kernel (one block per chunk and head); otherwise
+  // the scalar one.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    const bool mma = detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
+    const bool mma = detail::vector_aligned(a.q) &&
+                     detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
       kernels::chunk_output_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
           <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kOutputMmaWarps * kWarpSize, 0, stream>>>(
               p);

@@ -48,11 +48,18 @@ inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks&
   p.head_dim = g.head_dim_k;
   p.Akk = a.Akk;
   p.Aqk = a.Aqk;
-  // The matrix-unit kernel for every supported shape (K is a multiple of 16); intra_chunk_kernel stays as the
-  // plain per-element form of the same contract.
+  // The matrix-unit kernel when q and k can be read 16 bytes at a time; otherwise intra_chunk_kernel, the plain
+  // per-element form of the same contract.
+  const bool vectorizable = detail::vector_aligned(a.q) && detail::vector_aligned(a.k);
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    kernels::intra_chunk_mma_kernel<decltype(e), decltype(bt)::value>
-        <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(p);
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value;
+    const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
+    if (vectorizable) {
+      kernels::intra_chunk_mma_kernel<E, BT><<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(p);
+    } else {
+      kernels::intra_chunk_kernel<E, BT><<<grid, kernels::kIntraThreads, 0, stream>>>(p);
+    }
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });

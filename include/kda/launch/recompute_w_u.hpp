@@ -42,12 +42,13 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
   p.w = a.w;
   p.u = a.u;
   p.kg = a.kg;
-  // K, V in {64, 128}: the matrix-unit kernel; otherwise the scalar one (same contract).
+  // K, V in {64, 128} with 16-byte-aligned k and v: the matrix-unit kernel; otherwise the scalar one (same contract).
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
     const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
-    const bool mma = detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
+    const bool vectorizable = detail::vector_aligned(a.k) && detail::vector_aligned(a.v);
+    const bool mma = vectorizable && detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
       kernels::recompute_w_u_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
           <<<grid, kernels::kWuMmaWarps * kWarpSize, 0, stream>>>(p);
     });

@@ -21,8 +21,8 @@ namespace detail {
 constexpr int kMaxHeads = 4096;
 
 inline Status validate_geometry(const StageGeometry& g) {
-  KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size));
   if (g.chunk_size == 16) return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");
+  KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size));
   KDA_REQUIRE(g.num_heads >= 1 && g.num_heads <= kMaxHeads, "num_heads: must be in [1, 4096]");
   if (!is_supported_head_dim(g.head_dim_k)) return unsupported("head_dim_k: must be 64, 128 or 256");
   if (!is_supported_head_dim(g.head_dim_v)) return unsupported("head_dim_v: must be 64, 128 or 256");
@@ -66,6 +66,12 @@ inline bool views_overlap(const void* a, int64_t a_ts, int64_t a_hs, int a_dim, 
   const uintptr_t end_a = begin_a + uintptr_t(view_span(g.metadata.total_tokens, g.num_heads, a_dim, a_ts, a_hs)) * elem_a;
   const uintptr_t end_b = begin_b + uintptr_t(view_span(g.metadata.total_tokens, g.num_heads, b_dim, b_ts, b_hs)) * elem_b;
   return begin_a < end_b && begin_b < end_a;
+}
+
+// Whether a view of 16-bit elements can be read 8 elements (16 bytes) at a time: the matrix-unit kernels need it;
+// other views take the scalar kernels of the same contract.
+inline bool vector_aligned(const TensorView& v) {
+  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.token_stride % 8 == 0 && v.head_stride % 8 == 0;
 }
 
 inline bool scalar_type_ok(ScalarType t) {

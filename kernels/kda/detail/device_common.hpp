@@ -22,6 +22,24 @@ __device__ inline float load_elem(TensorView view, int64_t t, int h, int d) {
   return numeric::to_float(p[t * view.token_stride + int64_t(h) * view.head_stride + d]);
 }
 
+// Loads the 8 consecutive 16-bit elements (t, h, d .. d+7) of a view as floats with one 16-byte load. The caller
+// guarantees the alignment (vector_aligned on the host, d a multiple of 8).
+template <typename E>
+__device__ inline void load8(TensorView view, int64_t t, int h, int d, float out[8]) {
+  const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  const uint4 raw = *reinterpret_cast<const uint4*>(base);
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = numeric::to_float(E{bits[k]});
+}
+
+// Loads 8 consecutive floats at p (16-byte aligned) with two 16-byte loads.
+__device__ inline void load8(const float* p, float out[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+  out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+}
+
 // Loads element (t, h, d) of a view whose element type is only known at run time (raw gate, raw beta).
 __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t, int h, int d) {
   const int64_t off = t * view.token_stride + int64_t(h) * view.head_stride + d;
