@@ -89,10 +89,18 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a)
   return l;
 }
 
+// The checks the workspace size depends on: sizes, head dims, dtype, chunk size, the host NT. No data pointers, so
+// an engine can size its workspace before its buffers exist.
+inline Status validate_chunk_kda_sizes(const ChunkKdaArgs& a, bool check_pointers = false) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(validate_geometry(g, check_pointers));
+  if (g.chunk_size != 32 && g.chunk_size != 64) return unsupported("chunk_size: chunk_kda_fwd supports 32 and 64");
+  return Status();
+}
+
 inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
   const StageGeometry& g = a.geometry;
-  KDA_RETURN_IF_ERROR(validate_geometry(g));
-  if (g.chunk_size != 32 && g.chunk_size != 64) return unsupported("chunk_size: chunk_kda_fwd supports 32 and 64");
+  KDA_RETURN_IF_ERROR(validate_chunk_kda_sizes(a, /*check_pointers=*/true));
   KDA_RETURN_IF_ERROR(validate_gate(a.gate, a.A_log, a.lower_bound));
   KDA_RETURN_IF_ERROR(validate_state(a.state, g.metadata.num_sequences));
   KDA_REQUIRE(view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
@@ -125,10 +133,10 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 
 }  // namespace detail
 
-// Bytes of device workspace chunk_kda_fwd needs for these arguments; a pure host function. 0 for arguments
-// chunk_kda_fwd would reject (it then returns the reason).
+// Bytes of device workspace chunk_kda_fwd needs for these arguments; a pure host function of the sizes (data
+// pointers may still be null). 0 for sizes chunk_kda_fwd would reject (it then returns the reason).
 inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) {
-  return detail::validate_chunk_kda(a).is_ok() ? detail::chunk_kda_workspace_layout(a).total : 0;
+  return detail::validate_chunk_kda_sizes(a).is_ok() ? detail::chunk_kda_workspace_layout(a).total : 0;
 }
 
 // The device status word (DeviceStatusBits) of the last chunk_kda_fwd that used this workspace: 0 when the device

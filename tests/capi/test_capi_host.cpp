@@ -24,8 +24,9 @@ namespace {
 
 // ---- Helpers ---------------------------------------------------------------------------------------------------
 
-// Fake device buffers: distinct, aligned, never dereferenced by the library on these paths.
-alignas(256) unsigned char g_fake[16][256];
+// Fake device buffers: distinct, aligned, never dereferenced by the library on these paths, and each large enough
+// for the views below (the library rejects o overlapping another tensor).
+alignas(256) unsigned char g_fake[16][1 << 17];
 const void* fake(int i) { return g_fake[i]; }
 
 constexpr int kH = 2, kK = 64, kV = 64;
@@ -227,7 +228,7 @@ const BadCase kBadCases[] = {
     {"num_heads 5000", [](kda_chunk_kda_args* a) { a->num_heads = 5000; }, 1, "num_heads", true},
     {"num_sequences -1", [](kda_chunk_kda_args* a) { a->num_sequences = -1; }, 1, "num_sequences: negative", true},
     {"total_tokens -5", [](kda_chunk_kda_args* a) { a->total_tokens = -5; }, 1, "total_tokens: negative", true},
-    {"huge T", [](kda_chunk_kda_args* a) { a->total_tokens = int64_t(1) << 40; }, 1, "too many chunks", true},
+    {"huge T", [](kda_chunk_kda_args* a) { a->total_tokens = int64_t(1) << 40; }, 1, "more than 2^31-1 tokens", true},
     // Chunk tables.
     {"indices without offsets", [](kda_chunk_kda_args* a) { a->chunk_indices = fake(12); a->num_chunks = 5; }, 1,
      "pass both", true},

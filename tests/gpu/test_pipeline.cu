@@ -463,7 +463,15 @@ TEST(ChunkKdaValidation, BadArgumentsAreRejectedBeforeAnyLaunch) {
   a = dp->args;
   a.g_type = static_cast<ScalarType>(7);
   expect_error(a, StatusCode::kInvalidArgument, "unknown g type");
-  EXPECT_EQ(chunk_kda_workspace_size(a), 0u) << "workspace query of rejected arguments";
+  EXPECT_EQ(chunk_kda_workspace_size(a), dp->workspace.bytes()) << "the workspace depends on sizes only";
+  a = dp->args;
+  a.geometry.head_dim_v = 96;
+  EXPECT_EQ(chunk_kda_workspace_size(a), 0u) << "workspace query of rejected sizes";
+  a = dp->args;
+  a.q.data = a.k.data = a.v.data = a.g.data = a.beta.data = nullptr;
+  a.o.data = nullptr;
+  a.geometry.metadata.cu_seqlens.data = nullptr;
+  EXPECT_EQ(chunk_kda_workspace_size(a), dp->workspace.bytes()) << "sizing before the buffers exist";
   EXPECT_EQ(workspace_size_from_second_translation_unit(dp->args), dp->workspace.bytes());
   const Status small = chunk_kda_fwd(dp->args, dp->workspace.get(), dp->workspace.bytes() - 1, nullptr);
   EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall);

@@ -43,8 +43,9 @@ constexpr int64_t kMaxTokens = (int64_t(1) << 31) - 1;
 
 inline bool index_type_ok(IndexType t) { return t == IndexType::kInt32 || t == IndexType::kInt64; }
 
-inline Status validate_metadata(const ChunkMetadataArgs& m, int chunk_size) {
-  KDA_REQUIRE(m.cu_seqlens.data != nullptr, "cu_seqlens: null");
+// check_pointers = false leaves out the null check of cu_seqlens, for size queries made before buffers exist.
+inline Status validate_metadata(const ChunkMetadataArgs& m, int chunk_size, bool check_pointers = true) {
+  if (check_pointers) KDA_REQUIRE(m.cu_seqlens.data != nullptr, "cu_seqlens: null");
   KDA_REQUIRE(index_type_ok(m.cu_seqlens.type), "cu_seqlens: unknown IndexType");
   KDA_REQUIRE(m.num_sequences >= 0, "num_sequences: negative");
   KDA_REQUIRE(m.num_sequences <= kMaxSequences, "num_sequences: more than 2^29 sequences");

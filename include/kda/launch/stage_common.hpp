@@ -20,9 +20,9 @@ namespace detail {
 
 constexpr int kMaxHeads = 4096;
 
-inline Status validate_geometry(const StageGeometry& g) {
+inline Status validate_geometry(const StageGeometry& g, bool check_pointers = true) {
   if (g.chunk_size == 16) return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");
-  KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size));
+  KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size, check_pointers));
   KDA_REQUIRE(g.num_heads >= 1 && g.num_heads <= kMaxHeads, "num_heads: must be in [1, 4096]");
   if (!is_supported_head_dim(g.head_dim_k)) return unsupported("head_dim_k: must be 64, 128 or 256");
   if (!is_supported_head_dim(g.head_dim_v)) return unsupported("head_dim_v: must be 64, 128 or 256");
