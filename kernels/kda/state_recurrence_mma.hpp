@@ -45,14 +45,8 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
   E* h_out = static_cast<E*>(p.h);
   E* vnew_out = static_cast<E*>(p.v_new);
 
-  int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
-  if (slot >= p.state_pool_size) {
-    if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadStateIndex);
-    slot = -1;
-  }
-  if (slot < 0) slot = -1;
-  const bool load_initial = p.initial_state != nullptr && slot >= 0 &&
-                            (p.has_initial_state == nullptr || p.has_initial_state[n] != 0);
+  bool load_initial = false;
+  const int64_t slot = state_slot(p, n, &load_initial);
 
   // S in registers: tile j of this warp is row tile warp + j * kStateMmaWarps.
   m::Acc S[kTilesPerWarp];
@@ -68,14 +62,9 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
     }
   }
 
-  int64_t bos, eos;
-  p.chunks.sequence_range(n, &bos, &eos);
-  const int64_t first_chunk = detail::load_index(p.chunks.chunk_offsets, n);
-  const int64_t nt = p.chunks.num_chunks();
-  const int64_t num_chunks = (eos - bos + BT - 1) / BT;
-  if (threadIdx.x == 0 && detail::load_index(p.chunks.chunk_offsets, n + 1) - first_chunk != num_chunks) {
-    p.chunks.report(detail::kDeviceStatusBadChunkTable);
-  }
+  const SequenceChunks seq = sequence_chunks<BT>(p, n);
+  const int64_t bos = seq.bos, eos = seq.eos, first_chunk = seq.first_chunk, nt = seq.nt,
+                num_chunks = seq.num_chunks;
 
   // Operands of one chunk held in registers: the next chunk's loads are issued before the current chunk's products,
   // so the serial chain does not wait on memory latency. Rows past the chunk load as zeros and add nothing.
