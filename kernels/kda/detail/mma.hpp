@@ -77,44 +77,38 @@ __device__ inline void zero(Acc& c) {
   for (int e = 0; e < kAccPerLane; ++e) c.x[e] = 0.0f;
 }
 
-// Loads a 16x16 A tile whose element (r, k) is at tile[r * ld + k] (16-bit elements, as their bits).
+// Gathers the kCount fragment elements of `lane` from a 16x16 tile of 16-bit values: element e sits at
+// coordinate(lane, e) = (row, col), stored at tile[row * ld + col], or at tile[col * ld + row] when kTransposed.
+template <int kCount, bool kTransposed>
+__device__ inline void gather(uint16_t (&out)[kCount], const uint16_t* tile, int ld, int lane,
+                              Coord (*coordinate)(int, int)) {
+#pragma unroll
+  for (int e = 0; e < kCount; ++e) {
+    const Coord c = coordinate(lane, e);
+    out[e] = kTransposed ? tile[c.col * ld + c.row] : tile[c.row * ld + c.col];
+  }
+}
+
+// A tile with element (r, k) at tile[r * ld + k]; _transposed: at tile[k * ld + r] (e.g. A = K^T from row-major K).
 __device__ inline FragA load_a(const uint16_t* tile, int ld, int lane) {
   FragA f;
-#pragma unroll
-  for (int e = 0; e < kAPerLane; ++e) {
-    const Coord c = a_coord(lane, e);
-    f.x[e] = tile[c.row * ld + c.col];
-  }
+  gather<kAPerLane, false>(f.x, tile, ld, lane, a_coord);
   return f;
 }
-// Loads a 16x16 A tile stored transposed: element (r, k) is at tile[k * ld + r] (e.g. A = K^T from row-major K).
 __device__ inline FragA load_a_transposed(const uint16_t* tile, int ld, int lane) {
   FragA f;
-#pragma unroll
-  for (int e = 0; e < kAPerLane; ++e) {
-    const Coord c = a_coord(lane, e);
-    f.x[e] = tile[c.col * ld + c.row];
-  }
+  gather<kAPerLane, true>(f.x, tile, ld, lane, a_coord);
   return f;
 }
-// Loads a 16x16 B tile whose element (k, n) is at tile[k * ld + n].
+// B tile with element (k, n) at tile[k * ld + n]; _transposed: at tile[n * ld + k] (e.g. B = K^T from row-major K).
 __device__ inline FragB load_b(const uint16_t* tile, int ld, int lane) {
   FragB f;
-#pragma unroll
-  for (int e = 0; e < kBPerLane; ++e) {
-    const Coord c = b_coord(lane, e);
-    f.x[e] = tile[c.row * ld + c.col];
-  }
+  gather<kBPerLane, false>(f.x, tile, ld, lane, b_coord);
   return f;
 }
-// Loads a 16x16 B tile stored transposed: element (k, n) is at tile[n * ld + k] (e.g. B = K^T from row-major K).
 __device__ inline FragB load_b_transposed(const uint16_t* tile, int ld, int lane) {
   FragB f;
-#pragma unroll
-  for (int e = 0; e < kBPerLane; ++e) {
-    const Coord c = b_coord(lane, e);
-    f.x[e] = tile[c.col * ld + c.row];
-  }
+  gather<kBPerLane, true>(f.x, tile, ld, lane, b_coord);
   return f;
 }
 
