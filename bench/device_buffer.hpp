@@ -8,17 +8,19 @@
 
 namespace kda::bench {
 
-class DeviceBuffer {
+// Owns one allocation made by Memory::allocate and released by Memory::release. At least one byte is allocated,
+// so even an empty tensor has a non-null, distinct address.
+template <typename Memory>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Buffer() = default;
+  ~Buffer() { release(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 
-  // At least one byte is allocated, so even an empty tensor has a non-null, distinct address.
   hipError_t allocate(size_t bytes) {
     release();
-    const hipError_t e = hipMalloc(&ptr_, bytes > 0 ? bytes : 1);
+    const hipError_t e = Memory::allocate(&ptr_, bytes > 0 ? bytes : 1);
     if (e != hipSuccess) {
       ptr_ = nullptr;
       return e;
@@ -27,7 +29,7 @@ class DeviceBuffer {
     return hipSuccess;
   }
   void release() {
-    if (ptr_ != nullptr) (void)hipFree(ptr_);
+    if (ptr_ != nullptr) (void)Memory::release(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -41,34 +43,16 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  hipError_t allocate(size_t bytes) {
-    release();
-    const hipError_t e = hipHostMalloc(&ptr_, bytes > 0 ? bytes : 1, 0);
-    if (e != hipSuccess) {
-      ptr_ = nullptr;
-      return e;
-    }
-    bytes_ = bytes;
-    return hipSuccess;
-  }
-  void release() {
-    if (ptr_ != nullptr) (void)hipHostFree(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
+struct DeviceMemory {
+  static hipError_t allocate(void** p, size_t bytes) { return hipMalloc(p, bytes); }
+  static hipError_t release(void* p) { return hipFree(p); }
 };
+struct PinnedHostMemory {
+  static hipError_t allocate(void** p, size_t bytes) { return hipHostMalloc(p, bytes, 0); }
+  static hipError_t release(void* p) { return hipHostFree(p); }
+};
+
+using DeviceBuffer = Buffer<DeviceMemory>;
+using PinnedBuffer = Buffer<PinnedHostMemory>;
 
 }  // namespace kda::bench
