@@ -19,6 +19,7 @@ inline const char* stage_name(StageKind s) {
     case StageKind::kGateCumsum: return "gate_cumsum";
     case StageKind::kIntraChunk: return "intra_chunk";
     case StageKind::kSolveTril: return "solve_tril";
+    case StageKind::kIntraSolve: return "intra_solve";
     case StageKind::kRecomputeWu: return "recompute_w_u";
     case StageKind::kStateRecurrence: return "state_recurrence";
     case StageKind::kChunkOutput: return "chunk_output";
@@ -26,9 +27,9 @@ inline const char* stage_name(StageKind s) {
   return "?";
 }
 
-constexpr StageKind kAllStages[] = {StageKind::kL2Norm,       StageKind::kGateCumsum,      StageKind::kIntraChunk,
-                                    StageKind::kSolveTril,    StageKind::kRecomputeWu,     StageKind::kStateRecurrence,
-                                    StageKind::kChunkOutput};
+constexpr StageKind kAllStages[] = {StageKind::kL2Norm,          StageKind::kGateCumsum,  StageKind::kIntraChunk,
+                                    StageKind::kSolveTril,       StageKind::kIntraSolve,  StageKind::kRecomputeWu,
+                                    StageKind::kStateRecurrence, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -80,6 +81,9 @@ class StageRunner {
     solve_.A = Akk;
     solve_.Tinv = Tinv;
 
+    intra_solve_ = intra_;  // what chunk_kda_fwd launches: the same, with Tinv produced in the same kernel
+    intra_solve_.Tinv = Tinv;
+
     wu_.geometry = geo;
     wu_.k = k;
     wu_.v = a.v;
@@ -123,6 +127,7 @@ class StageRunner {
       case StageKind::kGateCumsum: return launch_gate_cumsum(gate_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraChunk: return launch_intra_chunk(intra_, meta_ws_, meta_bytes_, stream);
       case StageKind::kSolveTril: return launch_solve_tril(solve_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
       case StageKind::kChunkOutput: return launch_chunk_output(out_, meta_ws_, meta_bytes_, stream);
@@ -135,6 +140,7 @@ class StageRunner {
   GateCumsumArgs gate_;
   IntraChunkArgs intra_;
   SolveTrilArgs solve_;
+  IntraChunkArgs intra_solve_;
   RecomputeWuArgs wu_;
   StateRecurrenceArgs state_;
   ChunkOutputArgs out_;

@@ -51,6 +51,7 @@ double stage_flops(const WorkShape& s, StageKind stage) {
     case StageKind::kGateCumsum: return 0.0;
     case StageKind::kIntraChunk: return f.akk + f.aqk;
     case StageKind::kSolveTril: return f.solve;
+    case StageKind::kIntraSolve: return f.akk + f.aqk + f.solve;
     case StageKind::kRecomputeWu: return f.w + f.u;
     case StageKind::kStateRecurrence: return f.v_new + f.state_update;
     case StageKind::kChunkOutput: return f.out_inter + f.out_intra;
@@ -81,6 +82,7 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
     case StageKind::kGateCumsum: return tk_f32 + tk_f32;                        // raw g -> G
     case StageKind::kIntraChunk: return 2 * tk_io + beta + tk_f32 + 2 * a_f32;  // q, k, beta, G -> Akk, Aqk
     case StageKind::kSolveTril: return a_f32 + a_f32;                           // Akk -> Tinv
+    case StageKind::kIntraSolve: return 2 * tk_io + beta + tk_f32 + 3 * a_f32;  // q, k, beta, G -> Akk, Aqk, Tinv
     case StageKind::kRecomputeWu:                                               // k, v, beta, G, Tinv -> w, u, kg
       return tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
     case StageKind::kStateRecurrence:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state

@@ -28,7 +28,17 @@ struct FlopBreakdown {
 
 FlopBreakdown count_flops(const WorkShape& s);
 
-enum class StageKind { kL2Norm, kGateCumsum, kIntraChunk, kSolveTril, kRecomputeWu, kStateRecurrence, kChunkOutput };
+// kIntraSolve is the launch chunk_kda_fwd runs: intra_chunk with solve_tril fused in (Akk, Aqk and Tinv out).
+enum class StageKind {
+  kL2Norm,
+  kGateCumsum,
+  kIntraChunk,
+  kSolveTril,
+  kIntraSolve,
+  kRecomputeWu,
+  kStateRecurrence,
+  kChunkOutput
+};
 
 // The stage's own FLOPs (0 for l2norm and gate_cumsum, which do no matrix products).
 double stage_flops(const WorkShape& s, StageKind stage);

@@ -5,9 +5,9 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Akk/Aqk -> solve_tril -> w/u/kg -> state recurrence
-// (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT) or derived
-// on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
+// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Akk/Aqk with solve_tril fused in -> w/u/kg -> state
+// recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
+// or derived on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
 // bit-identical.
 //
 // `o` may alias `v` (vLLM passes o=v): v is read only by the w/u stage, which completes before the output stage
@@ -179,11 +179,9 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
   GateCumsumArgs gate{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
   KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(gate, chunks, stream));
 
-  IntraChunkArgs intra{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale, Akk, Aqk};
+  // Akk/Aqk and solve_tril in one launch: the intra-chunk kernel inverts I + Akk while Akk is on chip.
+  IntraChunkArgs intra{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale, Akk, Aqk, Tinv};
   KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(intra, chunks, stream));
-
-  SolveTrilArgs solve{g, Akk, Tinv};
-  KDA_RETURN_IF_ERROR(detail::enqueue_solve_tril(solve, chunks, stream));
 
   RecomputeWuArgs wu{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
                      contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};

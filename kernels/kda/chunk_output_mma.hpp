@@ -2,8 +2,9 @@
 //
 // One block of kOutputMmaWarps warps per (chunk, head); warp w owns row tile w of o across all V columns.
 // Phase 1: inter = qg h with qg = round(q exp2 G) built while staging, h staged in K-halves. Phase 2 (the same shared
-// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. q is read 16 bytes at a
-// time, so it must be vector_aligned (the launcher checks; otherwise it runs the scalar chunk_output_kernel).
+// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. Phase 3: the rounded o tile
+// is written out in 16-byte row segments. q and o are moved 16 bytes at a time, so they must be vector_aligned (the
+// launcher checks; otherwise it runs the scalar chunk_output_kernel).
 #pragma once
 
 #include "kda/chunk_output.hpp"
@@ -21,12 +22,18 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
   constexpr int kKHalf = K / 2;
   constexpr int kPhase1 = BT * kLdQ + kKHalf * kLdV;   // qg + half of h
   constexpr int kPhase2 = 2 * BT * kLdA + BT * kLdV;   // Aqk hi, lo + v_new
-  __shared__ uint16_t smem[kPhase1 > kPhase2 ? kPhase1 : kPhase2];
+  static_assert(m::fragment_stride_ok(kLdQ) && m::fragment_stride_ok(kLdV) && m::fragment_stride_ok(kLdA),
+                "fragment rows must be 16-byte aligned");
+  constexpr int kPhase3 = BT * kLdV;                   // the o tile
+  constexpr int kPhase12 = kPhase1 > kPhase2 ? kPhase1 : kPhase2;
+  constexpr int kSmem = kPhase12 > kPhase3 ? kPhase12 : kPhase3;
+  __shared__ __align__(16) uint16_t smem[kSmem];
   uint16_t* qg_s = smem;
   uint16_t* h_s = smem + BT * kLdQ;
   uint16_t* a_hi = smem;
   uint16_t* a_lo = smem + BT * kLdA;
   uint16_t* vn_s = smem + 2 * BT * kLdA;
+  uint16_t* o_s = smem;
 
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
@@ -68,7 +75,8 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
       const int u = threadIdx.x + (x0 + x) * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
       if (u >= kUnits) continue;
 #pragma unroll
-      for (int c = 0; c < 8; ++c) qg_s[i * kLdQ + d + c] = numeric::from_float<E>(q_in[x][c] * exp2f(g_in[x][c])).bits;
+      for (int c = 0; c < 8; ++c)
+        qg_s[i * kLdQ + d + c] = numeric::from_float<E>(q_in[x][c] * detail::decay_exp2(g_in[x][c])).bits;
     }
   }
 #pragma unroll
@@ -124,25 +132,34 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
     *reinterpret_cast<uint4*>(&vn_s[j * kLdV + v]) = x;
   }
   __syncthreads();
-  if (!has_rows) return;
-  for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
-    const m::FragA hi = m::load_a(&a_hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
-    const m::FragA lo = m::load_a(&a_lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
+  if (has_rows) {
+    for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
+      const m::FragA hi = m::load_a(&a_hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
+      const m::FragA lo = m::load_a(&a_lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
 #pragma unroll
-    for (int ct = 0; ct < kColTiles; ++ct) {
-      const m::FragB b = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
-      m::mma<E>(acc[ct], hi, b);
-      m::mma<E>(acc[ct], lo, b);
+      for (int ct = 0; ct < kColTiles; ++ct) {
+        const m::FragB b = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
+        m::mma<E>(acc[ct], hi, b);
+        m::mma<E>(acc[ct], lo, b);
+      }
     }
   }
+  // Phase 3: the rounded o tile goes through shared memory so that every global store is a 16-byte row segment.
+  __syncthreads();
+  if (has_rows) {
 #pragma unroll
-  for (int ct = 0; ct < kColTiles; ++ct)
+    for (int ct = 0; ct < kColTiles; ++ct)
 #pragma unroll
-    for (int e = 0; e < m::kAccPerLane; ++e) {
-      const m::Coord c = m::acc_coord(lane, e);
-      const int i = rt * 16 + c.row;
-      if (i < chunk.length) detail::store_elem<E>(p.o, chunk.start + i, h, ct * 16 + c.col, acc[ct].x[e]);
-    }
+      for (int e = 0; e < m::kAccPerLane; ++e) {
+        const m::Coord c = m::acc_coord(lane, e);
+        o_s[(rt * 16 + c.row) * kLdV + ct * 16 + c.col] = numeric::from_float<E>(acc[ct].x[e]).bits;
+      }
+  }
+  __syncthreads();
+  for (int u = threadIdx.x; u < chunk.length * (V / 8); u += kThreads) {
+    const int i = u / (V / 8), v = (u % (V / 8)) * 8;
+    detail::store16(p.o, chunk.start + i, h, v, *reinterpret_cast<const uint4*>(&o_s[i * kLdV + v]));
+  }
 }
 
 }  // namespace kda::kernels

@@ -31,11 +31,21 @@ __global__ void gate_chunk_cumsum_kernel(GateCumsumParams p) {
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     const float bias = p.dt_bias != nullptr ? p.dt_bias[int64_t(h) * p.head_dim + d] : 0.0f;
     float cumulative = 0.0f;
-    for (int i = 0; i < chunk.length; ++i) {
-      const int64_t t = chunk.start + i;
-      const float x = detail::load_scalar(p.g, p.g_type, t, h, d) + bias;
-      cumulative += detail::gate_value(x, p.gate, a_log_exp, p.lower_bound);
-      p.G[(t * p.num_heads + h) * p.head_dim + d] = cumulative * kRcpLn2;
+    // Tokens in groups of kGroup whose loads are all issued before the first store: G may alias nothing, but the
+    // compiler cannot know that, and one load at a time would put a memory round trip on every token.
+    constexpr int kGroup = 16;
+    for (int i0 = 0; i0 < chunk.length; i0 += kGroup) {
+      float x[kGroup];
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i)
+        x[i] = i0 + i < chunk.length ? detail::load_scalar(p.g, p.g_type, chunk.start + i0 + i, h, d) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        if (i0 + i >= chunk.length) break;
+        const int64_t t = chunk.start + i0 + i;
+        cumulative += detail::gate_value(x[i] + bias, p.gate, a_log_exp, p.lower_bound);
+        p.G[(t * p.num_heads + h) * p.head_dim + d] = cumulative * kRcpLn2;
+      }
     }
   }
 }

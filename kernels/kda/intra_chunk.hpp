@@ -28,6 +28,7 @@ struct IntraChunkParams {
   int num_heads = 0, head_dim = 0;
   float* Akk = nullptr;   // out [T,H,BT]
   float* Aqk = nullptr;   // out [T,H,BT]
+  float* Tinv = nullptr;  // optional out [T,H,BT]: (I + Akk)^-1, the solve_tril stage fused (matrix-unit kernel only)
 };
 
 template <typename E, int BT>

@@ -2,9 +2,11 @@
 //
 // One block of kWuMmaWarps warps per (chunk, head). Tinv (fp32) enters the product as a hi + lo pair of 16-bit
 // matrices (hi = round(Tinv), lo = round(Tinv - hi)), which keeps ~16 significant bits; the right-hand sides
-// round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u.
-// k and v are read 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it runs the
-// scalar recompute_w_u_kernel).
+// round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u; the tiles
+// go through shared memory so that every global store is a 16-byte row segment. kg = round(k exp2(G_last - G)) is
+// produced while the keys are staged for pass 0, from the same loads.
+// k, v, w, u and kg are moved 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it
+// runs the scalar recompute_w_u_kernel).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -21,10 +23,12 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   constexpr int kLdT = BT + 8;
   constexpr int kD = K > V ? K : V;
   constexpr int kLdR = kD + 8;
-  __shared__ uint16_t t_hi[BT * kLdT];
-  __shared__ uint16_t t_lo[BT * kLdT];
-  __shared__ uint16_t rhs_s[BT * kLdR];
+  static_assert(m::fragment_stride_ok(kLdT) && m::fragment_stride_ok(kLdR), "fragment rows must be 16-byte aligned");
+  __shared__ __align__(16) uint16_t t_hi[BT * kLdT];
+  __shared__ __align__(16) uint16_t t_lo[BT * kLdT];
+  __shared__ __align__(16) uint16_t rhs_s[BT * kLdR];
   __shared__ float beta_s[BT];
+  __shared__ float glast_s[K];  // G of the chunk's last token
 
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
@@ -53,6 +57,7 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
       t_lo[i * kLdT + j + c] = numeric::from_float<E>(t4[c] - numeric::to_float(hi)).bits;
     }
   }
+  for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
                                                           p.beta_activation)
@@ -93,16 +98,24 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
         if (u >= units) continue;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const float r = pass == 0 ? beta_s[j] * x_in[x][c] * exp2f(g_in[x][c]) : beta_s[j] * x_in[x][c];
+          const float r =
+              pass == 0 ? beta_s[j] * x_in[x][c] * detail::decay_exp2(g_in[x][c]) : beta_s[j] * x_in[x][c];
           rhs_s[j * kLdR + d + c] = numeric::from_float<E>(r).bits;
+        }
+        if (pass == 0 && j < chunk.length) {  // kg, from the same k and G
+          float kg[8];
+#pragma unroll
+          for (int c = 0; c < 8; ++c) kg[c] = x_in[x][c] * detail::decay_exp2(glast_s[d + c] - g_in[x][c]);
+          detail::store16(p.kg, chunk.start + j, h, d, detail::pack8<E>(kg));
         }
       }
     }
     __syncthreads();
-    for (int rt = warp; rt < BT / 16; rt += kWuMmaWarps) {
-      m::Acc acc[kMaxTiles];
+    const int rt = warp;  // BT / 16 <= kWuMmaWarps: one row tile per warp
+    m::Acc acc[kMaxTiles];
 #pragma unroll
-      for (int ct = 0; ct < kMaxTiles; ++ct) m::zero(acc[ct]);
+    for (int ct = 0; ct < kMaxTiles; ++ct) m::zero(acc[ct]);
+    if (rt < BT / 16) {
       // Tinv is lower triangular: column tiles past the row tile are zero.
       for (int kt = 0; kt <= rt; ++kt) {
         const m::FragA hi = m::load_a(&t_hi[rt * 16 * kLdT + kt * 16], kLdT, lane);
@@ -115,26 +128,26 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
           m::mma<E>(acc[ct], lo, b);
         }
       }
-      const MutableTensorView out = pass == 0 ? p.w : p.u;
+    }
+    // The rounded tiles replace the right-hand side in shared memory, then leave as 16-byte row segments.
+    __syncthreads();
+    if (rt < BT / 16) {
 #pragma unroll
       for (int ct = 0; ct < kMaxTiles; ++ct) {
         if (ct * 16 >= dim) continue;
 #pragma unroll
         for (int e = 0; e < m::kAccPerLane; ++e) {
           const m::Coord c = m::acc_coord(lane, e);
-          const int i = rt * 16 + c.row;
-          if (i < chunk.length) detail::store_elem<E>(out, chunk.start + i, h, ct * 16 + c.col, acc[ct].x[e]);
+          rhs_s[(rt * 16 + c.row) * kLdR + ct * 16 + c.col] = numeric::from_float<E>(acc[ct].x[e]).bits;
         }
       }
     }
-  }
-
-  // kg: the keys decayed to the end of the chunk.
-  const int last = chunk.length - 1;
-  for (int e = threadIdx.x; e < chunk.length * K; e += kThreads) {
-    const int i = e / K, d = e % K;
-    const float decay = exp2f(p.G[row_of(last) * K + d] - p.G[row_of(i) * K + d]);
-    detail::store_elem<E>(p.kg, chunk.start + i, h, d, detail::load_elem<E>(p.k, chunk.start + i, h, d) * decay);
+    __syncthreads();
+    const MutableTensorView out = pass == 0 ? p.w : p.u;
+    for (int u = threadIdx.x; u < chunk.length * (dim / 8); u += kThreads) {
+      const int i = u / (dim / 8), d = (u % (dim / 8)) * 8;
+      detail::store16(out, chunk.start + i, h, d, *reinterpret_cast<const uint4*>(&rhs_s[i * kLdR + d]));
+    }
   }
 }
 

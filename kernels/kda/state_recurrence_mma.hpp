@@ -2,10 +2,11 @@
 //
 // One block of kWarps warps per (sequence, head, V-tile of 16 columns). The fp32 state S [K,16] stays in the
 // accumulator registers for the whole sequence: warp w owns row tiles w, w + kWarps, ... of S. Per chunk:
-//   1. stage w, kg [BT,K] and the u tile [BT,16] in shared memory; write h = round(S) to global and to shared
-//      memory, where it is the B operand of the next product;
+//   1. stage w, kg [BT,K] and the u tile [BT,16] in shared memory; write h = round(S) to shared memory, where it is
+//      the B operand of the next product, and from there to global in 16-byte rows;
 //   2. v_new = u - w round(S): one 16-row tile per warp, K/16 matrix-unit steps;
-//   3. S = exp2(G_last) S + kg^T v_new: the decay scales the accumulators in place, then BT/16 steps add kg^T v_new.
+//   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
+//      accumulators in place, then BT/16 steps add kg^T v_new.
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -24,12 +25,13 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
   constexpr int kStateTiles = K / 16;        // row tiles of S
   constexpr int kTilesPerWarp = (kStateTiles + kStateMmaWarps - 1) / kStateMmaWarps;
   constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
-  __shared__ uint16_t w_s[BT * kLd];
-  __shared__ uint16_t kg_s[BT * kLd];
-  __shared__ uint16_t state_s[K * kTileV];   // round(S), B operand of w round(S)
-  __shared__ uint16_t vn_s[BT * kTileV];     // v_new tile, B operand of kg^T v_new
+  static_assert(m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kTileV), "fragment rows must be 16-byte aligned");
+  __shared__ __align__(16) uint16_t w_s[BT * kLd];
+  __shared__ __align__(16) uint16_t kg_s[BT * kLd];
+  __shared__ __align__(16) uint16_t state_s[K * kTileV];   // round(S), B operand of w round(S)
+  __shared__ __align__(16) uint16_t vn_s[BT * kTileV];     // v_new tile, B operand of kg^T v_new
   __shared__ float u_s[BT * kTileV];
-  __shared__ float glast_s[K];
+  __shared__ float decay_s[K];              // exp2(G) of the chunk's last row: the state's decay over the chunk
 
   const int num_v_tiles = p.head_dim_v / kTileV;
   const int vt = blockIdx.x % num_v_tiles;
@@ -78,14 +80,18 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
   };
   auto load_chunk = [&](int64_t chunk_start, int length, ChunkRegs& r) {
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    // Thread t reads rows t / kRowVecs + x * kRowsPerPass at column (t % kRowVecs) * 8: one 64-bit base offset and a
+    // fixed stride instead of a full index computation per vector.
+    static_assert(kThreads % kRowVecs == 0, "whole rows per pass");
+    constexpr int kRowsPerPass = kThreads / kRowVecs;
+    const int row0 = threadIdx.x / kRowVecs;
+    const int64_t base = ((chunk_start + row0) * p.num_heads + h) * K + (threadIdx.x % kRowVecs) * 8;
+    const int64_t stride = int64_t(kRowsPerPass) * p.num_heads * K;
 #pragma unroll
     for (int x = 0; x < kWVecs; ++x) {
-      const int e = threadIdx.x + x * kThreads;
-      const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
-      const bool valid = e < BT * kRowVecs && i < length;
-      const int64_t off = ((chunk_start + i) * p.num_heads + h) * K + d;
-      r.w[x] = valid ? *reinterpret_cast<const uint4*>(w + off) : zero;
-      r.kg[x] = valid ? *reinterpret_cast<const uint4*>(kg + off) : zero;
+      const bool valid = row0 + x * kRowsPerPass < length;
+      r.w[x] = valid ? *reinterpret_cast<const uint4*>(w + base + x * stride) : zero;
+      r.kg[x] = valid ? *reinterpret_cast<const uint4*>(kg + base + x * stride) : zero;
     }
 #pragma unroll
     for (int x = 0; x < kUVecs; ++x) {
@@ -121,7 +127,7 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
 #pragma unroll
     for (int x = 0; x < kGLast; ++x) {
       const int d = threadIdx.x + x * kThreads;
-      if (d < K) glast_s[d] = r.glast[x];
+      if (d < K) decay_s[d] = detail::decay_exp2(r.glast[x]);
     }
   };
   auto chunk_length = [&](int64_t c) {
@@ -152,31 +158,44 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
       for (int e = 0; e < m::kAccPerLane; ++e) {
         const m::Coord cc = m::acc_coord(lane, e);
         const int d = tile * 16 + cc.row;
-        const E rounded = numeric::from_float<E>(S[j].x[e]);
-        state_s[d * kTileV + cc.col] = rounded.bits;
-        h_out[((gid * p.num_heads + h) * K + d) * V + v0 + cc.col] = rounded;
+        state_s[d * kTileV + cc.col] = numeric::from_float<E>(S[j].x[e]).bits;
       }
     }
     __syncthreads();
+    // h = round(S) leaves in 16-byte rows (two per state row), off the chain: nothing waits on these stores.
+    for (int e = threadIdx.x; e < K * 2; e += kThreads) {
+      const int d = e / 2, half = e % 2;
+      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + half * 8]) =
+          *reinterpret_cast<const uint4*>(&state_s[d * kTileV + half * 8]);
+    }
 
-    // 2. v_new = u - w round(S).
+    // 2. v_new = u - w round(S), as two independent accumulation chains (even and odd 32-column steps) that are
+    //    added at the end: this product is on the serial path from one chunk to the next, so its latency counts.
     for (int rt = warp; rt < kRowTiles; rt += kStateMmaWarps) {
-      m::Acc acc;
+      m::Acc acc, odd;
       m::zero(acc);
+      m::zero(odd);
 #pragma unroll
       for (int kt = 0; kt < K / 32; ++kt) {
-        m::mma_k32<E, false>(acc, &w_s[rt * 16 * kLd + kt * 32], kLd, &state_s[kt * 32 * kTileV], kTileV, lane);
+        m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd, &state_s[kt * 32 * kTileV],
+                             kTileV, lane);
       }
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) {
         const m::Coord cc = m::acc_coord(lane, e);
         const int i = rt * 16 + cc.row;
         const E rounded = numeric::from_float<E>(u_s[i * kTileV + cc.col] - acc.x[e]);
         vn_s[i * kTileV + cc.col] = i < length ? rounded.bits : uint16_t(0);
-        if (i < length) vnew_out[((start + i) * p.num_heads + h) * V + v0 + cc.col] = rounded;
       }
     }
     __syncthreads();
+    for (int e = threadIdx.x; e < length * 2; e += kThreads) {
+      const int i = e / 2, half = e % 2;
+      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + half * 8]) =
+          *reinterpret_cast<const uint4*>(&vn_s[i * kTileV + half * 8]);
+    }
 
     // 3. S = exp2(G_last) S + kg^T v_new.
 #pragma unroll
@@ -184,7 +203,7 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_m
       const int tile = warp + j * kStateMmaWarps;
       if (tile >= kStateTiles) continue;
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) S[j].x[e] *= exp2f(glast_s[tile * 16 + m::acc_coord(lane, e).row]);
+      for (int e = 0; e < m::kAccPerLane; ++e) S[j].x[e] *= decay_s[tile * 16 + m::acc_coord(lane, e).row];
 #pragma unroll
       for (int it = 0; it < kRowTiles; ++it) {
         const m::FragA a = m::load_a_transposed(&kg_s[it * 16 * kLd + tile * 16], kLd, lane);

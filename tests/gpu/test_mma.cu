@@ -1,5 +1,7 @@
 // The matrix-unit primitive on the hardware: random 16x16 tiles multiplied through load_a / load_b /
 // load_a_transposed / load_b_transposed / mma / mma_k32 and read back through acc_coord equal a scalar product.
+// Also the device-side fp32 -> bf16/fp16 rounding, which the matrix-unit kernels lean on: the hardware conversion
+// numeric.hpp uses in device code equals the portable integer form on every non-NaN fp32 value.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -11,10 +13,19 @@ namespace kda::test {
 namespace {
 
 // D (16x16) = A (16x32) * B (32x16) with A row-major [16][32]; B as [32][16] or, when transposed, [16][32].
+// Fragment loads read shared memory: copies n elements of a global tile into a 16-byte aligned shared buffer.
+__device__ void stage(uint16_t* dst, const uint16_t* src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
+}
+
 template <typename E, bool kTransposed, bool kUseK32>
-__global__ void mma_probe_kernel(const uint16_t* A, const uint16_t* B, float* D) {
+__global__ void mma_probe_kernel(const uint16_t* A_global, const uint16_t* B_global, float* D) {
   namespace m = detail::mma;
   const int lane = threadIdx.x;
+  __shared__ __align__(16) uint16_t A[16 * 32], B[32 * 16];
+  stage(A, A_global, 16 * 32);
+  stage(B, B_global, 32 * 16);
   m::Acc acc;
   m::zero(acc);
   if (kUseK32) {
@@ -35,9 +46,12 @@ __global__ void mma_probe_kernel(const uint16_t* A, const uint16_t* B, float* D)
 
 // C (16x16) = A^T * B where A is stored [16 (k)][16 (rows)]: exercises load_a_transposed.
 template <typename E>
-__global__ void mma_transposed_a_kernel(const uint16_t* A, const uint16_t* B, float* D) {
+__global__ void mma_transposed_a_kernel(const uint16_t* A_global, const uint16_t* B_global, float* D) {
   namespace m = detail::mma;
   const int lane = threadIdx.x;
+  __shared__ __align__(16) uint16_t A[256], B[256];
+  stage(A, A_global, 256);
+  stage(B, B_global, 256);
   m::Acc acc;
   m::zero(acc);
   m::mma<E>(acc, m::load_a_transposed(A, 16, lane), m::load_b(B, 16, lane));
@@ -45,6 +59,57 @@ __global__ void mma_transposed_a_kernel(const uint16_t* A, const uint16_t* B, fl
     const m::Coord c = m::acc_coord(lane, e);
     D[c.row * 16 + c.col] = acc.x[e];
   }
+}
+
+// Every fragment form, loaded from a padded tile (row stride 24, as the kernels pad), holds exactly the elements the
+// layout functions name: out[(form * kWarpSize + lane) * 8 + e] for the load, the same offset + 4096 for the gather.
+__global__ void fragment_vs_gather_kernel(const uint16_t* tile_global, uint16_t* out) {
+  namespace m = detail::mma;
+  constexpr int kLd = 24;
+  const int lane = threadIdx.x;
+  __shared__ __align__(16) uint16_t tile[16 * kLd];
+  stage(tile, tile_global, 16 * kLd);
+  uint16_t loaded[4][8] = {}, gathered[4][8] = {};
+  const m::FragA a = m::load_a(tile, kLd, lane), at = m::load_a_transposed(tile, kLd, lane);
+  const m::FragB b = m::load_b(tile, kLd, lane), bt = m::load_b_transposed(tile, kLd, lane);
+  for (int e = 0; e < m::kAPerLane; ++e) {
+    loaded[0][e] = a.x[e];
+    loaded[1][e] = at.x[e];
+  }
+  for (int e = 0; e < m::kBPerLane; ++e) {
+    loaded[2][e] = b.x[e];
+    loaded[3][e] = bt.x[e];
+  }
+  m::gather<m::kAPerLane, false>(reinterpret_cast<uint16_t(&)[m::kAPerLane]>(gathered[0]), tile, kLd, lane, m::a_coord);
+  m::gather<m::kAPerLane, true>(reinterpret_cast<uint16_t(&)[m::kAPerLane]>(gathered[1]), tile, kLd, lane, m::a_coord);
+  m::gather<m::kBPerLane, false>(reinterpret_cast<uint16_t(&)[m::kBPerLane]>(gathered[2]), tile, kLd, lane, m::b_coord);
+  m::gather<m::kBPerLane, true>(reinterpret_cast<uint16_t(&)[m::kBPerLane]>(gathered[3]), tile, kLd, lane, m::b_coord);
+  for (int form = 0; form < 4; ++form)
+    for (int e = 0; e < 8; ++e) {
+      out[(form * kWarpSize + lane) * 8 + e] = loaded[form][e];
+      out[4096 + (form * kWarpSize + lane) * 8 + e] = gathered[form][e];
+    }
+}
+
+TEST(MatrixUnit, FragmentLoadsMatchTheLayoutGather) {
+  std::vector<uint16_t> tile(16 * 24);
+  for (size_t i = 0; i < tile.size(); ++i) tile[i] = uint16_t(i * 2654435761u >> 7);  // distinct-ish bit patterns
+  DeviceBuffer d_tile(tile.size() * 2), d_out(8192 * 2);
+  ASSERT_EQ(hipMemcpy(d_tile.get(), tile.data(), tile.size() * 2, hipMemcpyHostToDevice), hipSuccess);
+  fragment_vs_gather_kernel<<<1, kWarpSize>>>(d_tile.as<uint16_t>(), d_out.as<uint16_t>());
+  ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+  std::vector<uint16_t> out(8192);
+  ASSERT_EQ(hipMemcpy(out.data(), d_out.get(), out.size() * 2, hipMemcpyDeviceToHost), hipSuccess);
+  const char* names[4] = {"load_a", "load_a_transposed", "load_b", "load_b_transposed"};
+  int checked = 0;
+  for (int form = 0; form < 4; ++form)
+    for (int lane = 0; lane < kWarpSize; ++lane)
+      for (int e = 0; e < 8; ++e) {
+        const int i = (form * kWarpSize + lane) * 8 + e;
+        ASSERT_EQ(out[i], out[4096 + i]) << names[form] << " lane " << lane << " element " << e;
+        checked += out[i] != 0;
+      }
+  EXPECT_GT(checked, 4 * kWarpSize * detail::mma::kAPerLane / 2);  // the comparison saw real data, not zeros
 }
 
 template <typename E>
@@ -96,6 +161,55 @@ TEST(MatrixUnit, Bf16FormsMatchScalarProduct) {
 TEST(MatrixUnit, Fp16FormsMatchScalarProduct) {
   ASSERT_TRUE(have_gpu());
   check_all_forms<fp16_t>(DType::kFP16);
+}
+
+// counts[0] / counts[1]: bf16 / fp16 results that differ from the portable rounding (NaN inputs: that are not NaN);
+// counts[2]: values checked; first[0..1]: the first input bits that differed.
+__global__ void rounding_sweep_kernel(unsigned long long* counts, unsigned int* first) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long bad_bf16 = 0, bad_fp16 = 0, seen = 0;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32); i += stride) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    const float f = numeric::bits_float(bits);
+    const uint16_t b = numeric::float_to_bf16(f), h = numeric::float_to_fp16(f);
+    bool ok_b, ok_h;
+    if (f != f) {
+      ok_b = (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0;
+      ok_h = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+    } else {
+      ok_b = b == numeric::float_to_bf16_portable(f);
+      ok_h = h == numeric::float_to_fp16_portable(f);
+    }
+    if (!ok_b) {
+      ++bad_bf16;
+      atomicCAS(&first[0], 0u, bits);
+    }
+    if (!ok_h) {
+      ++bad_fp16;
+      atomicCAS(&first[1], 0u, bits);
+    }
+    ++seen;
+  }
+  atomicAdd(&counts[0], bad_bf16);
+  atomicAdd(&counts[1], bad_fp16);
+  atomicAdd(&counts[2], seen);
+}
+
+TEST(DeviceNumeric, RoundingMatchesPortableFormOnEveryFloat) {
+  ASSERT_TRUE(have_gpu());
+  DeviceBuffer counts(3 * sizeof(unsigned long long)), first(2 * sizeof(unsigned int));
+  const std::vector<uint8_t> zeros(24, 0);
+  ASSERT_EQ(hipMemcpy(counts.get(), zeros.data(), 24, hipMemcpyHostToDevice), hipSuccess);
+  ASSERT_EQ(hipMemcpy(first.get(), zeros.data(), 8, hipMemcpyHostToDevice), hipSuccess);
+  rounding_sweep_kernel<<<1024, 256>>>(counts.as<unsigned long long>(), first.as<unsigned int>());
+  ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+  unsigned long long got[3];
+  unsigned int where[2];
+  ASSERT_EQ(hipMemcpy(got, counts.get(), sizeof got, hipMemcpyDeviceToHost), hipSuccess);
+  ASSERT_EQ(hipMemcpy(where, first.get(), sizeof where, hipMemcpyDeviceToHost), hipSuccess);
+  EXPECT_EQ(got[2], 1ull << 32);  // every pattern was visited
+  EXPECT_EQ(got[0], 0ull) << "bf16: first differing input 0x" << std::hex << where[0];
+  EXPECT_EQ(got[1], 0ull) << "fp16: first differing input 0x" << std::hex << where[1];
 }
 
 }  // namespace

@@ -167,6 +167,27 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return out.download_bytes();
   });
 
+  // intra_chunk with Tinv asked for (what chunk_kda_fwd runs): Akk and Aqk as above, and Tinv bit-identical to
+  // solve_tril run on the Akk that the same launch wrote.
+  for_both_modes(tag + "intra_chunk + fused solve_tril", [&](MetadataMode mode) {
+    auto m = device_metadata(p, BT, mode);
+    DeviceBuffer akk(T * H * BT * 4), aqk(T * H * BT * 4), tinv(T * H * BT * 4), staged(T * H * BT * 4);
+    IntraChunkArgs a{geometry(p, BT, *m), contiguous_view(static_cast<const void*>(qn.get()), p.H, p.K),
+                     contiguous_view(static_cast<const void*>(kn.get()), p.H, p.K), beta_view, ScalarType::kFloat32,
+                     p.beta_activation, G.as<float>(), p.scale, akk.as<float>(), aqk.as<float>(), tinv.as<float>()};
+    EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+    SolveTrilArgs s{geometry(p, BT, *m), akk.as<float>(), staged.as<float>()};
+    EXPECT_TRUE(launch_solve_tril(s, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+    expect_near(R.Akk, download_floats(akk.get(), T * H * BT), kFp32StageBar, tag + "fused Akk");
+    expect_near(R.Tinv, download_floats(tinv.get(), T * H * BT), kFp32StageBar, tag + "fused Tinv");
+    const std::vector<uint8_t> fused = tinv.download_bytes();
+    EXPECT_EQ(fused, staged.download_bytes()) << tag << "fused Tinv differs from solve_tril on the same Akk";
+    std::vector<uint8_t> bytes = akk.download_bytes(), more = aqk.download_bytes();
+    bytes.insert(bytes.end(), more.begin(), more.end());
+    bytes.insert(bytes.end(), fused.begin(), fused.end());
+    return bytes;
+  });
+
   for_both_modes(tag + "recompute_w_u", [&](MetadataMode mode) {
     auto m = device_metadata(p, BT, mode);
     DeviceBuffer wo(T * H * K * 2), uo(T * H * V * 2), kgo(T * H * K * 2);
@@ -226,6 +247,35 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Stages, ::testing::Range(0, 4));
+
+// The kernels move raw intermediates 16 bytes at a time: a misaligned one is refused before anything is enqueued.
+TEST(StagesValidation, MisalignedIntermediatesAreRefused) {
+  ASSERT_TRUE(have_gpu());
+  ref::KdaProblem p;
+  p.cu_seqlens = {0, 70};
+  p.T = 70;
+  p.H = 2;
+  const int BT = 64;
+  auto m = device_metadata(p, BT, MetadataMode::kHostBuilder);
+  DeviceBuffer buf(1 << 20);
+  char* base = static_cast<char*>(buf.get());
+  auto refused = [](const Status& s, const char* what) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(std::string(s.message()).find("not 16-byte aligned"), std::string::npos) << what << ": " << s.message();
+  };
+  StateRecurrenceArgs st;
+  st.geometry = geometry(p, BT, *m);
+  st.w = base;
+  st.u = base + 4096;
+  st.kg = base + 8192;
+  st.G = reinterpret_cast<const float*>(base + 12288 + 8);  // 8 bytes off
+  st.h = base + 65536;
+  st.v_new = base + 131072;
+  refused(launch_state_recurrence(st, nullptr, 0, nullptr), "state_recurrence G");
+  SolveTrilArgs so{geometry(p, BT, *m), reinterpret_cast<const float*>(base), reinterpret_cast<float*>(base + 65536 + 4)};
+  refused(launch_solve_tril(so, nullptr, 0, nullptr), "solve_tril Tinv");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
 
 TEST(StagesSolveTril, InverseTimesMatrixIsIdentityForEveryChunkSize) {
   ASSERT_TRUE(have_gpu());

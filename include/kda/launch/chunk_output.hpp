@@ -41,12 +41,12 @@ inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunk
   p.head_dim_v = g.head_dim_v;
   p.o = a.o;
   const int v_tiles = g.head_dim_v / kernels::kOutputTileV;
-  // K, V in {64, 128} with a 16-byte-aligned q: the matrix-unit kernel (one block per chunk and head); otherwise
+  // K, V in {64, 128} with 16-byte-aligned q and o: the matrix-unit kernel (one block per chunk and head); otherwise
   // the scalar one.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    const bool mma = detail::vector_aligned(a.q) &&
+    const bool mma = detail::vector_aligned(a.q) && detail::vector_aligned(a.o) &&
                      detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
       kernels::chunk_output_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
           <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kOutputMmaWarps * kWarpSize, 0, stream>>>(
@@ -73,6 +73,7 @@ inline Status launch_chunk_output(const ChunkOutputArgs& a, void* workspace, siz
                                      a.q.data, a.q.token_stride, a.q.head_stride, g.head_dim_k, dtype_size(g.dtype), g),
               "o: overlaps q, which the output stage reads while writing o");
   KDA_REQUIRE((a.G && a.h && a.Aqk && a.v_new) || g.metadata.total_tokens == 0, "G/h/Aqk/v_new: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.G, a.h, a.Aqk, a.v_new), "G/h/Aqk/v_new: not 16-byte aligned");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_chunk_output(a, chunks, stream);

@@ -6,6 +6,7 @@
 
 #include "kda/intra_chunk.hpp"
 #include "kda/intra_chunk_mma.hpp"
+#include "kda/launch/solve_tril.hpp"
 #include "kda/launch/stage_common.hpp"
 
 namespace kda {
@@ -20,6 +21,8 @@ struct IntraChunkArgs {
   float scale = 0.0f;                // 0 = K^-0.5
   float* Akk = nullptr;              // out [T,H,BT]
   float* Aqk = nullptr;              // out [T,H,BT]
+  float* Tinv = nullptr;             // optional out [T,H,BT]: also run solve_tril (Tinv = (I + Akk)^-1), fused into
+                                     // this launch where the matrix-unit kernel runs; must not alias Akk or Aqk
 };
 
 inline float effective_scale(float scale, int head_dim_k) {
@@ -48,20 +51,23 @@ inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks&
   p.head_dim = g.head_dim_k;
   p.Akk = a.Akk;
   p.Aqk = a.Aqk;
-  // The matrix-unit kernel when q and k can be read 16 bytes at a time; otherwise intra_chunk_kernel, the plain
-  // per-element form of the same contract.
+  // The matrix-unit kernel when q and k can be read 16 bytes at a time (it also inverts I + Akk when Tinv is asked
+  // for); otherwise intra_chunk_kernel, the plain per-element form of the same contract, followed by solve_tril.
   const bool vectorizable = detail::vector_aligned(a.q) && detail::vector_aligned(a.k);
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
     const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
     if (vectorizable) {
+      p.Tinv = a.Tinv;
       kernels::intra_chunk_mma_kernel<E, BT><<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(p);
-    } else {
-      kernels::intra_chunk_kernel<E, BT><<<grid, kernels::kIntraThreads, 0, stream>>>(p);
+      KDA_RETURN_IF_LAUNCH_ERROR();
+      return Status();
     }
+    kernels::intra_chunk_kernel<E, BT><<<grid, kernels::kIntraThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
-    return Status();
+    if (a.Tinv == nullptr) return Status();
+    return enqueue_solve_tril(SolveTrilArgs{g, a.Akk, a.Tinv}, chunks, stream);
   });
 }
 }  // namespace detail
@@ -78,6 +84,8 @@ inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_
   KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
   const bool have_outputs = a.G != nullptr && a.Akk != nullptr && a.Aqk != nullptr;
   KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Akk/Aqk: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Akk, a.Aqk, a.Tinv), "G/Akk/Aqk/Tinv: not 16-byte aligned");
+  KDA_REQUIRE(a.Tinv == nullptr || (a.Tinv != a.Akk && a.Tinv != a.Aqk), "Tinv: must not alias Akk or Aqk");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_intra_chunk(a, chunks, stream);

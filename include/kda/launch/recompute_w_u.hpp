@@ -42,12 +42,14 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
   p.w = a.w;
   p.u = a.u;
   p.kg = a.kg;
-  // K, V in {64, 128} with 16-byte-aligned k and v: the matrix-unit kernel; otherwise the scalar one (same contract).
+  // K, V in {64, 128} with 16-byte-aligned k, v, w, u and kg: the matrix-unit kernel; otherwise the scalar one (same
+  // contract).
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
     const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
-    const bool vectorizable = detail::vector_aligned(a.k) && detail::vector_aligned(a.v);
+    const bool vectorizable = detail::vector_aligned(a.k) && detail::vector_aligned(a.v) &&
+                              detail::vector_aligned(a.w) && detail::vector_aligned(a.u) && detail::vector_aligned(a.kg);
     const bool mma = vectorizable && detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
       kernels::recompute_w_u_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
           <<<grid, kernels::kWuMmaWarps * kWarpSize, 0, stream>>>(p);
@@ -72,6 +74,7 @@ inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, si
   KDA_REQUIRE(detail::view_ok(a.u, g, g.head_dim_v), "u: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.kg, g, g.head_dim_k), "kg: null or overlapping strides");
   KDA_REQUIRE((a.G != nullptr && a.Tinv != nullptr) || g.metadata.total_tokens == 0, "G/Tinv: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Tinv), "G/Tinv: not 16-byte aligned");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_recompute_w_u(a, chunks, stream);

@@ -29,7 +29,7 @@ inline Status enqueue_solve_tril(const SolveTrilArgs& a, const ResolvedChunks& c
   p.Tinv = a.Tinv;
   return detail::dispatch_dtype_chunk<true>(DType::kBF16, g.chunk_size, [&](auto, auto bt) -> Status {
     constexpr int BT = decltype(bt)::value;
-    kernels::solve_tril_kernel<BT><<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), BT, 0, stream>>>(p);
+    kernels::solve_tril_kernel<BT><<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kSolveThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });
@@ -42,6 +42,7 @@ inline Status launch_solve_tril(const SolveTrilArgs& a, void* workspace, size_t 
   KDA_RETURN_IF_ERROR(detail::validate_metadata(g.metadata, g.chunk_size));
   KDA_REQUIRE(g.num_heads >= 1 && g.num_heads <= detail::kMaxHeads, "num_heads: must be in [1, 4096]");
   KDA_REQUIRE((a.A != nullptr && a.Tinv != nullptr) || g.metadata.total_tokens == 0, "A/Tinv: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.A, a.Tinv), "A/Tinv: not 16-byte aligned");
   KDA_REQUIRE(a.A != a.Tinv || a.A == nullptr, "Tinv: must not alias A");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));

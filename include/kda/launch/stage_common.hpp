@@ -70,8 +70,18 @@ inline bool views_overlap(const void* a, int64_t a_ts, int64_t a_hs, int a_dim, 
 
 // Whether a view of 16-bit elements can be read 8 elements (16 bytes) at a time: the matrix-unit kernels need it;
 // other views take the scalar kernels of the same contract.
-inline bool vector_aligned(const TensorView& v) {
-  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.token_stride % 8 == 0 && v.head_stride % 8 == 0;
+inline bool vector_aligned(const void* data, int64_t token_stride, int64_t head_stride) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && token_stride % 8 == 0 && head_stride % 8 == 0;
+}
+inline bool vector_aligned(const TensorView& v) { return vector_aligned(v.data, v.token_stride, v.head_stride); }
+inline bool vector_aligned(const MutableTensorView& v) { return vector_aligned(v.data, v.token_stride, v.head_stride); }
+
+// Whether every raw intermediate buffer (w, u, kg, G, A, Tinv, h, v_new) is 16-byte aligned: the kernels move them
+// 16 bytes at a time. cudaMalloc/hipMalloc and the chunk_kda workspace carving give 256-byte alignment; null passes
+// (the null checks are separate).
+template <typename... Ptrs>
+inline bool intermediates_aligned(const Ptrs*... ptrs) {
+  return ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
 }
 
 inline bool scalar_type_ok(ScalarType t) {

@@ -102,6 +102,7 @@ inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* worksp
               "num_sequences*num_heads: too many state blocks");
   const bool have = a.w && a.u && a.kg && a.G && a.h && a.v_new;
   KDA_REQUIRE(have || g.metadata.total_tokens == 0, "w/u/kg/G/h/v_new: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.w, a.u, a.kg, a.G, a.h, a.v_new), "w/u/kg/G/h/v_new: not 16-byte aligned");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_state_recurrence(a, chunks, stream);

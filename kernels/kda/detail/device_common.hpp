@@ -57,6 +57,37 @@ __device__ inline void store_elem(MutableTensorView view, int64_t t, int h, int 
   p[t * view.token_stride + int64_t(h) * view.head_stride + d] = numeric::from_float<E>(v);
 }
 
+// Stores 16 bytes (8 consecutive 16-bit elements) at (t, h, d .. d+7) of a mutable view; alignment as for load8.
+__device__ inline void store16(MutableTensorView view, int64_t t, int h, int d, uint4 raw) {
+  uint16_t* base = static_cast<uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  *reinterpret_cast<uint4*>(base) = raw;
+}
+
+// Rounds 8 floats to E and packs them for store16.
+template <typename E>
+__device__ inline uint4 pack8(const float v[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = uint32_t(numeric::from_float<E>(v[2 * k]).bits) |
+           (uint32_t(numeric::from_float<E>(v[2 * k + 1]).bits) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// exp2(x) for the decay factors of the chunk stages (x <= 0 there, though any x works). On NVIDIA it is the bare
+// ex2.approx.ftz instruction: exp2f is the same instruction plus a rescaling path for results below 2^-126, which
+// the decays do not need (flushing a factor below 1e-38 to zero changes no output) and which cost the hot loops
+// three extra instructions per exponential.
+__device__ inline float decay_exp2(float x) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // softplus with FLA's threshold: x for x > 20, else log(1 + e^x). Never overflows.

@@ -89,26 +89,88 @@ __device__ inline void gather(uint16_t (&out)[kCount], const uint16_t* tile, int
   }
 }
 
+// Fragment loads. Tiles live in shared memory with every 8-element row segment 16-byte aligned (ld a multiple of 8,
+// tile address 16-byte aligned); the kernels static_assert their strides and align their buffers.
+//
+// NVIDIA: one ldmatrix.x4 per fragment. The four 8x8 matrices it returns are, in register order, the quadrants of the
+// 16x16 fragment at (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) — the order of
+// the mma.sync A registers and of the two B halves' registers — and lane l names the row that starts matrix l / 8,
+// row l % 8. Stored row-major in the fragment's own orientation, a tile loads plainly; stored transposed, it loads
+// with .trans, which hands each lane the column pair instead of the row pair. Elements are bit-identical to gather.
+// AMD: the gather (ds_read_u16); the MFMA operand of a lane is 4 consecutive k values of one row or column.
+// Whether a tile row stride (in 16-bit elements) keeps every 8-element row segment 16-byte aligned.
+KDA_HOST_DEVICE constexpr bool fragment_stride_ok(int ld) { return ld % 8 == 0; }
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+template <bool kTrans>
+__device__ inline void ldmatrix_x4(uint16_t (&out)[8], const uint16_t* row_start) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_start));
+  uint32_t r[4];
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = uint16_t(r[i] & 0xffffu);
+    out[2 * i + 1] = uint16_t(r[i] >> 16);
+  }
+}
+// The row address lane l hands to ldmatrix, for quadrant q = l / 8 starting at stored (row block q % 2, column block
+// q / 2)...
+__device__ inline const uint16_t* quadrant_row_a(const uint16_t* tile, int ld, int lane) {
+  return tile + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + 8 * (lane / 16);
+}
+// ... or at stored (row block q / 2, column block q % 2).
+__device__ inline const uint16_t* quadrant_row_b(const uint16_t* tile, int ld, int lane) {
+  return tile + (lane % 8 + 8 * (lane / 16)) * ld + 8 * ((lane / 8) % 2);
+}
+#endif
+
 // A tile with element (r, k) at tile[r * ld + k]; _transposed: at tile[k * ld + r] (e.g. A = K^T from row-major K).
 __device__ inline FragA load_a(const uint16_t* tile, int ld, int lane) {
   FragA f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  ldmatrix_x4<false>(f.x, quadrant_row_a(tile, ld, lane));
+#else
   gather<kAPerLane, false>(f.x, tile, ld, lane, a_coord);
+#endif
   return f;
 }
 __device__ inline FragA load_a_transposed(const uint16_t* tile, int ld, int lane) {
   FragA f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  // Stored rows are k: quadrant q = (r-block q % 2, k-block q / 2) starts at stored row 8 * (q / 2), column 8 * (q % 2).
+  ldmatrix_x4<true>(f.x, quadrant_row_b(tile, ld, lane));
+#else
   gather<kAPerLane, true>(f.x, tile, ld, lane, a_coord);
+#endif
   return f;
 }
 // B tile with element (k, n) at tile[k * ld + n]; _transposed: at tile[n * ld + k] (e.g. B = K^T from row-major K).
 __device__ inline FragB load_b(const uint16_t* tile, int ld, int lane) {
   FragB f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  // B registers hold quadrants (k-block q % 2, n-block q / 2); stored rows are k, so that is the A addressing.
+  ldmatrix_x4<true>(f.x, quadrant_row_a(tile, ld, lane));
+#else
   gather<kBPerLane, false>(f.x, tile, ld, lane, b_coord);
+#endif
   return f;
 }
 __device__ inline FragB load_b_transposed(const uint16_t* tile, int ld, int lane) {
   FragB f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  // Stored rows are n: quadrant q = (k-block q % 2, n-block q / 2) starts at stored row 8 * (q / 2), column 8 * (q % 2).
+  ldmatrix_x4<false>(f.x, quadrant_row_b(tile, ld, lane));
+#else
   gather<kBPerLane, true>(f.x, tile, ld, lane, b_coord);
+#endif
   return f;
 }
 
