@@ -27,6 +27,8 @@ namespace kda::kernels {
 
 constexpr int kIntraMmaWarps = 4;
 
+// Four blocks per multiprocessor caps the kernel at 128 registers; ptxas then spills a few dozen bytes, and that
+// measured faster than 3 blocks without spills (0.53 against 0.57 ms on single8k, H200; docs/performance.md).
 template <typename E, int BT>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma_kernel(IntraChunkParams p) {
   namespace m = detail::mma;
@@ -39,8 +41,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
   constexpr int kDiagPairs = 16 * 17 / 2;      // (i, j), j <= i, inside one block
   constexpr int kPairsPerThread = (kBlocks * kDiagPairs + kThreads - 1) / kThreads;
   constexpr int kFactorsPerBlock = 4 * 16 * kLdF + 2 * (BT - 16 > 0 ? BT - 16 : 16) * kLdF;  // halves
-  constexpr int kLTasks = kBlocks * 16 * kSlice;                  // (block, row, channel) of the L factors
-  constexpr int kRTasks = 16 * kSlice * kBlocks * (kBlocks - 1) / 2;  // (block a, row j < 16 a, channel) of R
+  constexpr int kGroups = kThreads / kSlice;   // threads per channel of a slice (factor loops)
+  static_assert(kThreads % kSlice == 0 && 16 % (kThreads / kSlice) == 0, "whole channel groups, whole rows");
   constexpr int kMaxLeft = kBlocks - 1;        // off-diagonal tiles of the last block
 
   // Per slice: staging (fp32 q, k, G) and per-warp factors. After the last slice the same memory holds the output.
@@ -153,22 +155,30 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
       *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = make_float4(gv[x][0], gv[x][1], gv[x][2], gv[x][3]);
     }
     __syncthreads();
-    // L factors of every active row block. Rows past the chunk get zero factors (never exp2 of garbage).
-    for (int e = threadIdx.x; e < kLTasks; e += kThreads) {
-      const int b = e / (16 * kSlice), i = (e / kSlice) % 16, d = e % kSlice, ref = 16 * b, row = ref + i;
-      if (ref >= chunk.length) continue;
-      const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_s[ref * kLdS + d]) : 0.0f;
-      split(q_s[row * kLdS + d] * decay, &lq_hi(b)[i * kLdF + d], &lq_lo(b)[i * kLdF + d]);
-      split(k_s[row * kLdS + d] * decay, &lk_hi(b)[i * kLdF + d], &lk_lo(b)[i * kLdF + d]);
-    }
-    // R factors: block b > 0 holds rows j < 16 b against its reference row 16 b; its tasks start at 256 b (b - 1) / 2.
-    for (int e = threadIdx.x; e < kRTasks; e += kThreads) {
-      int b = 1;
-      while (e >= 16 * kSlice * b * (b + 1) / 2) ++b;
-      const int local = e - 16 * kSlice * b * (b - 1) / 2, j = local / kSlice, d = local % kSlice, ref = 16 * b;
-      if (ref >= chunk.length) continue;
-      split(k_s[j * kLdS + d] * detail::decay_exp2(g_s[ref * kLdS + d] - g_s[j * kLdS + d]),
-            &r_hi(b)[j * kLdF + d], &r_lo(b)[j * kLdF + d]);
+    // Factors. Thread t owns channel d = t % kSlice and rows t / kSlice + kGroups * n of every row block, so the
+    // loops have fixed trip counts and each thread reads its reference-row gates once.
+    {
+      const int d = threadIdx.x % kSlice, grp = threadIdx.x / kSlice;
+#pragma unroll 1
+      for (int b = 0; b < kBlocks; ++b) {
+        const int ref = 16 * b;
+        if (ref >= chunk.length) continue;  // uniform: the block has no rows
+        const float g_ref = g_s[ref * kLdS + d];
+        // L of block b: rows past the chunk get zero factors (never exp2 of garbage).
+#pragma unroll
+        for (int n = 0; n < 16 / kGroups; ++n) {
+          const int i = grp + n * kGroups, row = ref + i;
+          const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_ref) : 0.0f;
+          split(q_s[row * kLdS + d] * decay, &lq_hi(b)[i * kLdF + d], &lq_lo(b)[i * kLdF + d]);
+          split(k_s[row * kLdS + d] * decay, &lk_hi(b)[i * kLdF + d], &lk_lo(b)[i * kLdF + d]);
+        }
+        // R of block b: the rows before it, against its reference row.
+        for (int n = 0; n < ref / kGroups; ++n) {
+          const int j = grp + n * kGroups;
+          split(k_s[j * kLdS + d] * detail::decay_exp2(g_ref - g_s[j * kLdS + d]), &r_hi(b)[j * kLdF + d],
+                &r_lo(b)[j * kLdF + d]);
+        }
+      }
     }
     // Diagonal blocks, exactly.
 #pragma unroll
