@@ -36,87 +36,22 @@ class StageRunner {
   // `p` must outlive the runner and must have run chunk_kda_fwd once (so the intermediates hold real values).
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
-    const StageGeometry& geo = a.geometry;
-    const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a);
-    char* ws = static_cast<char*>(p.workspace.get());
-    auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
-    const int H = geo.num_heads, K = geo.head_dim_k, V = geo.head_dim_v;
-    float* G = static_cast<float*>(at(l.G));
-    float* Akk = static_cast<float*>(at(l.Akk));
-    float* Aqk = static_cast<float*>(at(l.Aqk));
-    float* Tinv = static_cast<float*>(at(l.Tinv));
-    TensorView q = a.q, k = a.k;
-    if (a.qk_l2norm) {
-      q = contiguous_view(static_cast<const void*>(at(l.q_norm)), H, K);
-      k = contiguous_view(static_cast<const void*>(at(l.k_norm)), H, K);
-    }
-
-    l2norm_.geometry = geo;
-    l2norm_.q = a.q;
-    l2norm_.k = a.k;
-    l2norm_.q_out = contiguous_view(at(l.q_norm), H, K);
-    l2norm_.k_out = contiguous_view(at(l.k_norm), H, K);
-
-    gate_.geometry = geo;
-    gate_.g = a.g;
-    gate_.g_type = a.g_type;
-    gate_.gate = a.gate;
-    gate_.A_log = a.A_log;
-    gate_.dt_bias = a.dt_bias;
-    gate_.lower_bound = a.lower_bound;
-    gate_.G = G;
-
-    intra_.geometry = geo;
-    intra_.q = q;
-    intra_.k = k;
-    intra_.beta = a.beta;
-    intra_.beta_type = a.beta_type;
-    intra_.beta_activation = a.beta_activation;
-    intra_.G = G;
-    intra_.scale = a.scale;
-    intra_.Akk = Akk;
-    intra_.Aqk = Aqk;
-
-    solve_.geometry = geo;
-    solve_.A = Akk;
-    solve_.Tinv = Tinv;
-
-    intra_solve_ = intra_;  // what chunk_kda_fwd launches: the same, with Tinv produced in the same kernel
-    intra_solve_.Tinv = Tinv;
-
-    wu_.geometry = geo;
-    wu_.k = k;
-    wu_.v = a.v;
-    wu_.beta = a.beta;
-    wu_.beta_type = a.beta_type;
-    wu_.beta_activation = a.beta_activation;
-    wu_.G = G;
-    wu_.Tinv = Tinv;
-    wu_.w = contiguous_view(at(l.w), H, K);
-    wu_.u = contiguous_view(at(l.u), H, V);
-    wu_.kg = contiguous_view(at(l.kg), H, K);
-
-    state_.geometry = geo;
-    state_.w = at(l.w);
-    state_.u = at(l.u);
-    state_.kg = at(l.kg);
-    state_.G = G;
-    state_.state = a.state;
-    state_.h = at(l.h);
-    state_.v_new = at(l.v_new);
-
-    out_.geometry = geo;
-    out_.q = q;
-    out_.G = G;
-    out_.h = at(l.h);
-    out_.Aqk = Aqk;
-    out_.v_new = at(l.v_new);
-    out_.scale = a.scale;
-    out_.o = a.o;
+    // chunk_kda_fwd's own stage arguments (without its device status word: each launcher here resolves its tables
+    // itself); intra_solve is its fused launch, intra_chunk and solve_tril the two stage launchers on their own.
+    const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
+    l2norm_ = s.l2norm;
+    gate_ = s.gate;
+    intra_solve_ = s.intra;
+    intra_ = s.intra;
+    intra_.Tinv = nullptr;
+    solve_ = SolveTrilArgs{a.geometry, s.intra.Akk, s.intra.Tinv};
+    wu_ = s.wu;
+    state_ = s.state;
+    out_ = s.output;
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
     // with the builder's tables). Every *_workspace_size() of these stages asks for exactly this.
-    meta_ws_ = at(l.metadata);
+    meta_ws_ = static_cast<char*>(p.workspace.get()) + detail::chunk_kda_workspace_layout(a).metadata;
     meta_bytes_ = gate_cumsum_workspace_size(gate_);
   }
 

@@ -131,6 +131,46 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
   return Status();
 }
 
+// The arguments of every stage chunk_kda_fwd runs, pointing into `workspace` (laid out by chunk_kda_workspace_layout)
+// and using geometry `g` (chunk_kda_fwd passes the caller's with its device status word added). intra asks for Tinv,
+// so solve_tril runs inside the intra-chunk launch. kda_bench's per-stage runner uses the same arguments, so what it
+// times is what chunk_kda_fwd launches.
+struct ChunkKdaStageArgs {
+  bool l2norm_on = false;
+  QkL2NormArgs l2norm;
+  GateCumsumArgs gate;
+  IntraChunkArgs intra;
+  RecomputeWuArgs wu;
+  StateRecurrenceArgs state;
+  ChunkOutputArgs output;
+};
+
+inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const StageGeometry& g, void* workspace) {
+  const ChunkKdaWorkspaceLayout l = chunk_kda_workspace_layout(a);
+  char* ws = static_cast<char*>(workspace);
+  auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
+  const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
+  ChunkKdaStageArgs s;
+  TensorView q = a.q, k = a.k;
+  s.l2norm_on = a.qk_l2norm;
+  s.l2norm = QkL2NormArgs{g, a.q, a.k, contiguous_view(at(l.q_norm), H, K), contiguous_view(at(l.k_norm), H, K)};
+  if (a.qk_l2norm) {
+    q = contiguous_view(static_cast<const void*>(at(l.q_norm)), H, K);
+    k = contiguous_view(static_cast<const void*>(at(l.k_norm)), H, K);
+  }
+  float* G = static_cast<float*>(at(l.G));
+  float* Aqk = static_cast<float*>(at(l.Aqk));
+  float* Tinv = static_cast<float*>(at(l.Tinv));
+  s.gate = GateCumsumArgs{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
+  s.intra = IntraChunkArgs{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale,
+                           static_cast<float*>(at(l.Akk)), Aqk, Tinv};
+  s.wu = RecomputeWuArgs{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
+                         contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};
+  s.state = StateRecurrenceArgs{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
+  s.output = ChunkOutputArgs{g, q, G, at(l.h), Aqk, at(l.v_new), a.scale, a.o};
+  return s;
+}
+
 }  // namespace detail
 
 // Bytes of device workspace chunk_kda_fwd needs for these arguments; a pure host function of the sizes (data
@@ -148,50 +188,26 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
   const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
   if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
-  const StageGeometry& g = a.geometry;
   char* ws = static_cast<char*>(workspace);
-  auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
-  const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
 
   // The device status word of this call starts clear (a memset node under graph capture).
-  auto* status = static_cast<uint32_t*>(at(l.status));
+  auto* status = reinterpret_cast<uint32_t*>(ws + l.status);
   KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(status, 0, sizeof(uint32_t), stream));
-  ChunkMetadataArgs metadata = g.metadata;
-  metadata.device_status = status;
+  StageGeometry g = a.geometry;
+  g.metadata.device_status = status;
 
   detail::ResolvedChunks chunks;
-  KDA_RETURN_IF_ERROR(detail::resolve_chunks(metadata, g.chunk_size, at(l.metadata),
-                                             detail::derived_metadata_bytes(g.metadata, g.chunk_size), stream,
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, ws + l.metadata,
+                                             detail::derived_metadata_bytes(a.geometry.metadata, g.chunk_size), stream,
                                              &chunks));
 
-  TensorView q = a.q, k = a.k;
-  if (a.qk_l2norm) {
-    QkL2NormArgs n{g, a.q, a.k, contiguous_view(at(l.q_norm), H, K), contiguous_view(at(l.k_norm), H, K)};
-    KDA_RETURN_IF_ERROR(launch_qk_l2norm(n, stream));
-    q = contiguous_view(static_cast<const void*>(at(l.q_norm)), H, K);
-    k = contiguous_view(static_cast<const void*>(at(l.k_norm)), H, K);
-  }
-  float* G = static_cast<float*>(at(l.G));
-  float* Akk = static_cast<float*>(at(l.Akk));
-  float* Aqk = static_cast<float*>(at(l.Aqk));
-  float* Tinv = static_cast<float*>(at(l.Tinv));
-
-  GateCumsumArgs gate{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
-  KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(gate, chunks, stream));
-
-  // Akk/Aqk and solve_tril in one launch: the intra-chunk kernel inverts I + Akk while Akk is on chip.
-  IntraChunkArgs intra{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale, Akk, Aqk, Tinv};
-  KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(intra, chunks, stream));
-
-  RecomputeWuArgs wu{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
-                     contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};
-  KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(wu, chunks, stream));
-
-  StateRecurrenceArgs rec{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
-  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(rec, chunks, stream));
-
-  ChunkOutputArgs out{g, q, G, at(l.h), Aqk, at(l.v_new), a.scale, a.o};
-  return detail::enqueue_chunk_output(out, chunks, stream);
+  const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace);
+  if (s.l2norm_on) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(s.intra, chunks, stream));  // Akk, Aqk and Tinv in one launch
+  KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(s.wu, chunks, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
+  return detail::enqueue_chunk_output(s.output, chunks, stream);
 }
 
 }  // namespace kda
