@@ -16,8 +16,11 @@ namespace kda::kernels {
 
 constexpr int kStateMmaWarps = 4;
 
+// Three blocks per multiprocessor (168 registers, no spills; uncapped it takes 255 and fits two): batches of many
+// short sequences run tens of thousands of these blocks, and the third block per SM hides their fixed latency
+// (spec256x8 1.22 -> 0.98 ms on the H200); single long sequences lose ~1 % (docs/performance.md).
 template <typename E, int BT, int K>
-__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize) state_recurrence_mma_kernel(StateRecurrenceParams p) {
+__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = kStateMmaWarps * kWarpSize;
   constexpr int kTileV = 16;
