@@ -41,17 +41,18 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
   constexpr int kDiagPairs = 16 * 17 / 2;      // (i, j), j <= i, inside one block
   constexpr int kPairsPerThread = (kBlocks * kDiagPairs + kThreads - 1) / kThreads;
   constexpr int kFactorsPerBlock = 4 * 16 * kLdF + 2 * (BT - 16 > 0 ? BT - 16 : 16) * kLdF;  // halves
-  constexpr int kGroups = kThreads / kSlice;   // threads per channel of a slice (factor loops)
+  constexpr int kGroups = kThreads / kSlice;   // threads sharing one channel of a slice (factor loops)
   static_assert(kThreads % kSlice == 0 && 16 % (kThreads / kSlice) == 0, "whole channel groups, whole rows");
   constexpr int kMaxLeft = kBlocks - 1;        // off-diagonal tiles of the last block
 
-  // Per slice: staging (fp32 q, k, G) and per-warp factors. After the last slice the same memory holds the output.
+  // Per slice: staging (fp32 q, k, G) and the factors of each row block. After the last slice the same memory holds
+  // the output.
   constexpr int kStageFloats = 3 * BT * kLdS;
   constexpr int kFactorHalves = kIntraMmaWarps * kFactorsPerBlock;
   constexpr int kLdO = BT + 4;                 // fp32 output rows (16-byte aligned for tril_inverse)
   constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
-  constexpr int kWorkBytes = (kStageFloats * 4 + kFactorHalves * 2) > kOutFloats * 4 ? kStageFloats * 4 + kFactorHalves * 2
-                                                                                     : kOutFloats * 4;
+  constexpr int kSliceBytes = kStageFloats * 4 + kFactorHalves * 2;
+  constexpr int kWorkBytes = kSliceBytes > kOutFloats * 4 ? kSliceBytes : kOutFloats * 4;
   static_assert(m::fragment_stride_ok(kLdF) && (kStageFloats * 4) % 16 == 0 && kFactorsPerBlock % 8 == 0,
                 "fragment rows must be 16-byte aligned");
   static_assert(kBlocks <= kIntraMmaWarps, "one warp per row block for the matrix products");
