@@ -464,6 +464,24 @@ bool small_enough(const std::vector<int64_t>& cu, int chunk_size) {
   return nt <= kMaxRows;
 }
 
+// One batch-kind helper pair: make_*_cu_seqlens (through make_cu) must give `want` when `ok`, or fail and leave its
+// output untouched; the one-call builder (through build_meta) must then agree, when the batch is small enough to model.
+template <typename MakeCu, typename BuildMeta>
+void check_helper_pair(bool ok, const std::vector<int64_t>& want, int chunk_size, IndexType out_type, MakeCu make_cu,
+                       BuildMeta build_meta) {
+  std::vector<int64_t> cu = {-9};
+  const Status s = make_cu(&cu);
+  check_status_shape(s);
+  KDA_FUZZ_CHECK(s.is_ok() == ok);
+  KDA_FUZZ_CHECK(s.is_ok() ? cu == want : (cu.size() == 1 && cu[0] == -9));
+  if (!ok || small_enough(want, chunk_size)) {
+    kda::ChunkMetadata meta;
+    meta.num_chunks = -5;
+    const Status s2 = build_meta(&meta);
+    check_one_call_builder(s2, meta, ok, want, chunk_size, out_type);
+  }
+}
+
 void fuzz_batch_helpers(Input& in) {
   const uint8_t mode = in.u8();
   const int chunk_sizes[] = {16, 32, 64, 48};
@@ -508,17 +526,12 @@ void fuzz_batch_helpers(Input& in) {
     all.insert(all.end(), lengths.begin(), lengths.end());
     std::vector<int64_t> want;
     const bool ok = num_decodes >= 0 && model_prefill(all, &want);
-    std::vector<int64_t> cu = {-9};
-    const Status s = kda::make_decode_prefill_cu_seqlens(num_decodes, lengths, &cu);
-    check_status_shape(s);
-    KDA_FUZZ_CHECK(s.is_ok() == ok);
-    KDA_FUZZ_CHECK(s.is_ok() ? cu == want : (cu.size() == 1 && cu[0] == -9));
-    if (!ok || small_enough(want, chunk_size)) {
-      kda::ChunkMetadata meta;
-      meta.num_chunks = -5;
-      const Status s2 = kda::build_decode_prefill_chunk_metadata(num_decodes, lengths, chunk_size, out_type, &meta);
-      check_one_call_builder(s2, meta, ok, want, chunk_size, out_type);
-    }
+    check_helper_pair(
+        ok, want, chunk_size, out_type,
+        [&](std::vector<int64_t>* cu) { return kda::make_decode_prefill_cu_seqlens(num_decodes, lengths, cu); },
+        [&](kda::ChunkMetadata* meta) {
+          return kda::build_decode_prefill_chunk_metadata(num_decodes, lengths, chunk_size, out_type, meta);
+        });
   } else {
     // Too many entries to model: the only requirement is a Status, not an exception or an abort.
     std::vector<int64_t> cu;
@@ -546,17 +559,12 @@ void fuzz_batch_helpers(Input& in) {
     if (ok) {
       for (int64_t n = 0; n <= spec_n; ++n) want.push_back(n * spec_k);
     }
-    std::vector<int64_t> cu = {-9};
-    const Status s = kda::make_spec_cu_seqlens(spec_n, spec_k, &cu);
-    check_status_shape(s);
-    KDA_FUZZ_CHECK(s.is_ok() == ok);
-    KDA_FUZZ_CHECK(s.is_ok() ? cu == want : (cu.size() == 1 && cu[0] == -9));
-    if (!ok || small_enough(want, chunk_size)) {
-      kda::ChunkMetadata meta;
-      meta.num_chunks = -5;
-      const Status s2 = kda::build_spec_chunk_metadata(spec_n, spec_k, chunk_size, out_type, &meta);
-      check_one_call_builder(s2, meta, ok, want, chunk_size, out_type);
-    }
+    check_helper_pair(
+        ok, want, chunk_size, out_type,
+        [&](std::vector<int64_t>* cu) { return kda::make_spec_cu_seqlens(spec_n, spec_k, cu); },
+        [&](kda::ChunkMetadata* meta) {
+          return kda::build_spec_chunk_metadata(spec_n, spec_k, chunk_size, out_type, meta);
+        });
   }
 }
 
