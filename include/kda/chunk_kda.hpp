@@ -136,8 +136,7 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 // so solve_tril runs inside the intra-chunk launch. kda_bench's per-stage runner uses the same arguments, so what it
 // times is what chunk_kda_fwd launches.
 struct ChunkKdaStageArgs {
-  bool l2norm_on = false;
-  QkL2NormArgs l2norm;
+  QkL2NormArgs l2norm;  // run only when ChunkKdaArgs::qk_l2norm
   GateCumsumArgs gate;
   IntraChunkArgs intra;
   RecomputeWuArgs wu;
@@ -152,7 +151,6 @@ inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const Stage
   const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
   ChunkKdaStageArgs s;
   TensorView q = a.q, k = a.k;
-  s.l2norm_on = a.qk_l2norm;
   s.l2norm = QkL2NormArgs{g, a.q, a.k, contiguous_view(at(l.q_norm), H, K), contiguous_view(at(l.k_norm), H, K)};
   if (a.qk_l2norm) {
     q = contiguous_view(static_cast<const void*>(at(l.q_norm)), H, K);
@@ -202,7 +200,7 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
                                              &chunks));
 
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace);
-  if (s.l2norm_on) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
+  if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(s.intra, chunks, stream));  // Akk, Aqk and Tinv in one launch
   KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(s.wu, chunks, stream));
