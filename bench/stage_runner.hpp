@@ -9,6 +9,7 @@
 #pragma once
 
 #include "bench_problem.hpp"
+#include "options.hpp"
 #include "work_model.hpp"
 
 namespace kda::bench {
@@ -47,6 +48,7 @@ class StageRunner {
     solve_ = SolveTrilArgs{a.geometry, s.intra.Akk, s.intra.Tinv};
     wu_ = s.wu;
     state_ = s.state;
+    state_.v_tile = bench_options().state_v_tile;
     out_ = s.output;
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes

@@ -61,6 +61,9 @@ inline hipError_t hipGraphInstantiate(hipGraphExec_t* e, hipGraph_t g, void*, ch
 inline hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) { return cudaGraphLaunch(e, s); }
 inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) { return cudaGraphExecDestroy(e); }
 inline hipError_t hipGraphDestroy(hipGraph_t g) { return cudaGraphDestroy(g); }
+using hipFuncAttribute = cudaFuncAttribute;
+constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize = cudaFuncAttributeMaxDynamicSharedMemorySize;
+inline hipError_t hipFuncSetAttribute(const void* f, hipFuncAttribute a, int v) { return cudaFuncSetAttribute(f, a, v); }
 
 #else
 #define KDA_PLATFORM_HIP 1

@@ -1,12 +1,16 @@
 // Stage 5 on the matrix units: the same recurrence and contract as state_recurrence.hpp, for K in {64, 128}.
 //
-// One block of kWarps warps per (sequence, head, V-tile of 16 columns). The fp32 state S [K,16] stays in the
-// accumulator registers for the whole sequence: warp w owns row tiles w, w + kWarps, ... of S. Per chunk:
-//   1. stage w, kg [BT,K] and the u tile [BT,16] in shared memory; write h = round(S) to shared memory, where it is
+// One block of kWarps warps per (sequence, head, V-tile of TileV columns, TileV in {16, 32, 64}). The fp32 state
+// S [K,TileV] stays in the accumulator registers for the whole sequence: warp w owns row tiles w, w + kWarps, ... of
+// S, each across all TileV / 16 column tiles. Per chunk:
+//   1. stage w, kg [BT,K] and the u tile [BT,TileV] in shared memory; write h = round(S) to shared memory, where it is
 //      the B operand of the next product, and from there to global in 16-byte rows;
-//   2. v_new = u - w round(S): one 16-row tile per warp, K/16 matrix-unit steps;
+//   2. v_new = u - w round(S): K/16 matrix-unit steps per 16x16 tile, written over u in shared memory;
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
 //      accumulators in place, then BT/16 steps add kg^T v_new.
+// Every output element is summed in the same order whatever TileV is, so the widths give bit-identical results; they
+// differ in how much each block shares. Narrow tiles give long single sequences more blocks; wide tiles stage w and
+// kg once for more columns, which is what batches of many short sequences need (the launcher chooses).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -16,55 +20,86 @@ namespace kda::kernels {
 
 constexpr int kStateMmaWarps = 4;
 
-// Three blocks per multiprocessor (168 registers, no spills; uncapped it takes 255 and fits two): batches of many
-// short sequences run tens of thousands of these blocks, and the third block per SM hides their fixed latency
-// (spec256x8 1.22 -> 0.98 ms on the H200); single long sequences lose ~1 % (docs/performance.md).
-template <typename E, int BT, int K>
-__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrence_mma_kernel(StateRecurrenceParams p) {
+// Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
+// [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
+template <int BT, int K, int TileV>
+constexpr size_t state_mma_shared_bytes() {
+  return 2 * sizeof(uint16_t) * BT * (K + 8)          // w, kg
+         + sizeof(uint16_t) * K * (TileV + 8)         // round(S)
+         + sizeof(uint16_t) * BT * (TileV + 8)        // u, then v_new in its place
+         + sizeof(float) * K;                         // decay over the chunk
+}
+
+// Three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run thousands of
+// these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the H200 at
+// TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two blocks.
+template <int TileV>
+constexpr int state_mma_min_blocks() {
+  return TileV >= 64 ? 2 : 3;
+}
+
+template <typename E, int BT, int K, int TileV>
+__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_blocks<TileV>())
+    state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = kStateMmaWarps * kWarpSize;
-  constexpr int kTileV = 16;
   constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
+  constexpr int kLdV = TileV + 8;            // padded row of round(S) and of u / v_new
+  constexpr int kColTiles = TileV / 16;
   constexpr int kStateTiles = K / 16;        // row tiles of S
   constexpr int kTilesPerWarp = (kStateTiles + kStateMmaWarps - 1) / kStateMmaWarps;
   constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
-  static_assert(m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kTileV), "fragment rows must be 16-byte aligned");
-  __shared__ __align__(16) uint16_t w_s[BT * kLd];
-  __shared__ __align__(16) uint16_t kg_s[BT * kLd];
-  __shared__ __align__(16) uint16_t state_s[K * kTileV];   // round(S), B operand of w round(S)
-  __shared__ __align__(16) uint16_t vn_s[BT * kTileV];     // v_new tile, B operand of kg^T v_new
-  __shared__ float u_s[BT * kTileV];
-  __shared__ float decay_s[K];              // exp2(G) of the chunk's last row: the state's decay over the chunk
+  static_assert(TileV % 16 == 0 && m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kLdV),
+                "fragment rows must be 16-byte aligned");
+  extern __shared__ __align__(16) unsigned char state_smem[];
+  uint16_t* w_s = reinterpret_cast<uint16_t*>(state_smem);
+  uint16_t* kg_s = w_s + BT * kLd;
+  uint16_t* state_s = kg_s + BT * kLd;       // round(S), B operand of w round(S)
+  uint16_t* uv_s = state_s + K * kLdV;       // u tile; each element is replaced by v_new by the lane that reads it
+  float* decay_s = reinterpret_cast<float*>(uv_s + BT * kLdV);  // exp2(G) of the chunk's last row
 
-  const int num_v_tiles = p.head_dim_v / kTileV;
+  const int num_v_tiles = p.head_dim_v / TileV;
   const int vt = blockIdx.x % num_v_tiles;
   const int h = (blockIdx.x / num_v_tiles) % p.num_heads;
   const int64_t n = int64_t(blockIdx.x) / (int64_t(num_v_tiles) * p.num_heads);
   if (n >= p.chunks.num_sequences) return;
-  const int v0 = vt * kTileV;
+  const int v0 = vt * TileV;
   const int V = p.head_dim_v;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const uint16_t* w = static_cast<const uint16_t*>(p.w);
   const uint16_t* kg = static_cast<const uint16_t*>(p.kg);
-  const E* u = static_cast<const E*>(p.u);
-  E* h_out = static_cast<E*>(p.h);
-  E* vnew_out = static_cast<E*>(p.v_new);
+  const uint16_t* u = static_cast<const uint16_t*>(p.u);
+  uint16_t* h_out = static_cast<uint16_t*>(p.h);
+  uint16_t* vnew_out = static_cast<uint16_t*>(p.v_new);
 
   bool load_initial = false;
   const int64_t slot = state_slot(p, n, &load_initial);
 
-  // S in registers: tile j of this warp is row tile warp + j * kStateMmaWarps.
-  m::Acc S[kTilesPerWarp];
+  // S in registers: S[j][ct] is row tile warp + j * kStateMmaWarps, column tile ct. Visits every element this thread
+  // holds with its (row, column) in the tile.
+  m::Acc S[kTilesPerWarp][kColTiles];
+  auto for_each_state_element = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      const int tile = warp + j * kStateMmaWarps;
+      if (tile >= kStateTiles) continue;
+#pragma unroll
+      for (int ct = 0; ct < kColTiles; ++ct) {
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; ++e) {
+          const m::Coord c = m::acc_coord(lane, e);
+          f(S[j][ct].x[e], tile * 16 + c.row, ct * 16 + c.col);
+        }
+      }
+    }
+  };
 #pragma unroll
   for (int j = 0; j < kTilesPerWarp; ++j) {
-    const int tile = warp + j * kStateMmaWarps;
 #pragma unroll
-    for (int e = 0; e < m::kAccPerLane; ++e) {
-      const m::Coord c = m::acc_coord(lane, e);
-      S[j].x[e] = load_initial && tile < kStateTiles
-                      ? p.initial_state[state_offset(p, slot, h, tile * 16 + c.row, v0 + c.col)]
-                      : 0.0f;
-    }
+    for (int ct = 0; ct < kColTiles; ++ct) m::zero(S[j][ct]);
+  }
+  if (load_initial) {
+    for_each_state_element([&](float& s, int d, int col) { s = p.initial_state[state_offset(p, slot, h, d, v0 + col)]; });
   }
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);
@@ -75,7 +110,8 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrenc
   // so the serial chain does not wait on memory latency. Rows past the chunk load as zeros and add nothing.
   constexpr int kRowVecs = K / 8;                                      // 16-byte vectors per row of w / kg
   constexpr int kWVecs = (BT * kRowVecs + kThreads - 1) / kThreads;    // per thread
-  constexpr int kUVecs = (BT * 2 + kThreads - 1) / kThreads;           // the u tile row is 16 x 16 bit = 2 vectors
+  constexpr int kURowVecs = TileV / 8;                                 // 16-byte vectors per row of the u tile
+  constexpr int kUVecs = (BT * kURowVecs + kThreads - 1) / kThreads;
   constexpr int kGLast = (K + kThreads - 1) / kThreads;
   struct ChunkRegs {
     uint4 w[kWVecs], kg[kWVecs], u[kUVecs];
@@ -99,10 +135,10 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrenc
 #pragma unroll
     for (int x = 0; x < kUVecs; ++x) {
       const int e = threadIdx.x + x * kThreads;
-      const int i = e / 2, half = e % 2;
-      const bool valid = e < BT * 2 && i < length;
-      const int64_t off = ((chunk_start + i) * p.num_heads + h) * V + v0 + half * 8;
-      r.u[x] = valid ? *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(u) + off) : zero;
+      const int i = e / kURowVecs, part = e % kURowVecs;
+      const bool valid = e < BT * kURowVecs && i < length;
+      const int64_t off = ((chunk_start + i) * p.num_heads + h) * V + v0 + part * 8;
+      r.u[x] = valid ? *reinterpret_cast<const uint4*>(u + off) : zero;
     }
 #pragma unroll
     for (int x = 0; x < kGLast; ++x) {
@@ -122,10 +158,8 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrenc
 #pragma unroll
     for (int x = 0; x < kUVecs; ++x) {
       const int e = threadIdx.x + x * kThreads;
-      if (e >= BT * 2) continue;
-      const uint16_t* bits = reinterpret_cast<const uint16_t*>(&r.u[x]);
-#pragma unroll
-      for (int k8 = 0; k8 < 8; ++k8) u_s[e * 8 + k8] = numeric::to_float(E{bits[k8]});
+      if (e >= BT * kURowVecs) continue;
+      *reinterpret_cast<uint4*>(&uv_s[(e / kURowVecs) * kLdV + (e % kURowVecs) * 8]) = r.u[x];
     }
 #pragma unroll
     for (int x = 0; x < kGLast; ++x) {
@@ -153,80 +187,70 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, 3) state_recurrenc
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
     store_chunk(next);
     if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), next);
-#pragma unroll
-    for (int j = 0; j < kTilesPerWarp; ++j) {
-      const int tile = warp + j * kStateMmaWarps;
-      if (tile >= kStateTiles) continue;
-#pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord cc = m::acc_coord(lane, e);
-        const int d = tile * 16 + cc.row;
-        state_s[d * kTileV + cc.col] = numeric::from_float<E>(S[j].x[e]).bits;
-      }
-    }
+    for_each_state_element(
+        [&](float& s, int d, int col) { state_s[d * kLdV + col] = numeric::from_float<E>(s).bits; });
     __syncthreads();
-    // h = round(S) leaves in 16-byte rows (two per state row), off the chain: nothing waits on these stores.
-    for (int e = threadIdx.x; e < K * 2; e += kThreads) {
-      const int d = e / 2, half = e % 2;
-      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + half * 8]) =
-          *reinterpret_cast<const uint4*>(&state_s[d * kTileV + half * 8]);
+    // h = round(S) leaves in 16-byte rows, off the chain: nothing waits on these stores.
+    for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
+      const int d = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&state_s[d * kLdV + part * 8]);
     }
 
-    // 2. v_new = u - w round(S), as two independent accumulation chains (even and odd 32-column steps) that are
-    //    added at the end: this product is on the serial path from one chunk to the next, so its latency counts.
+    // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
+    //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
+    //    counts.
     for (int rt = warp; rt < kRowTiles; rt += kStateMmaWarps) {
-      m::Acc acc, odd;
-      m::zero(acc);
-      m::zero(odd);
 #pragma unroll
-      for (int kt = 0; kt < K / 32; ++kt) {
-        m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd, &state_s[kt * 32 * kTileV],
-                             kTileV, lane);
-      }
+      for (int ct = 0; ct < kColTiles; ++ct) {
+        m::Acc acc, odd;
+        m::zero(acc);
+        m::zero(odd);
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
+        for (int kt = 0; kt < K / 32; ++kt) {
+          m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
+                               &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
+        }
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord cc = m::acc_coord(lane, e);
-        const int i = rt * 16 + cc.row;
-        const E rounded = numeric::from_float<E>(u_s[i * kTileV + cc.col] - acc.x[e]);
-        vn_s[i * kTileV + cc.col] = i < length ? rounded.bits : uint16_t(0);
+        for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; ++e) {
+          const m::Coord cc = m::acc_coord(lane, e);
+          const int i = rt * 16 + cc.row;
+          uint16_t& cell = uv_s[i * kLdV + ct * 16 + cc.col];
+          const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
+          cell = i < length ? rounded.bits : uint16_t(0);
+        }
       }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < length * 2; e += kThreads) {
-      const int i = e / 2, half = e % 2;
-      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + half * 8]) =
-          *reinterpret_cast<const uint4*>(&vn_s[i * kTileV + half * 8]);
+    for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
+      const int i = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
     }
 
     // 3. S = exp2(G_last) S + kg^T v_new.
+    for_each_state_element([&](float& s, int d, int) { s *= decay_s[d]; });
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
       const int tile = warp + j * kStateMmaWarps;
       if (tile >= kStateTiles) continue;
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) S[j].x[e] *= decay_s[tile * 16 + m::acc_coord(lane, e).row];
-#pragma unroll
       for (int it = 0; it < kRowTiles; ++it) {
         const m::FragA a = m::load_a_transposed(&kg_s[it * 16 * kLd + tile * 16], kLd, lane);
-        const m::FragB b = m::load_b(&vn_s[it * 16 * kTileV], kTileV, lane);
-        m::mma<E>(S[j], a, b);
+#pragma unroll
+        for (int ct = 0; ct < kColTiles; ++ct) {
+          const m::FragB b = m::load_b(&uv_s[it * 16 * kLdV + ct * 16], kLdV, lane);
+          m::mma<E>(S[j][ct], a, b);
+        }
       }
     }
   }
 
   if (p.final_state != nullptr && slot >= 0) {
-#pragma unroll
-    for (int j = 0; j < kTilesPerWarp; ++j) {
-      const int tile = warp + j * kStateMmaWarps;
-      if (tile >= kStateTiles) continue;
-#pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord cc = m::acc_coord(lane, e);
-        p.final_state[state_offset(p, slot, h, tile * 16 + cc.row, v0 + cc.col)] = S[j].x[e];
-      }
-    }
+    for_each_state_element(
+        [&](float& s, int d, int col) { p.final_state[state_offset(p, slot, h, d, v0 + col)] = s; });
   }
 }
 

@@ -205,7 +205,8 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return bytes;
   });
 
-  for_both_modes(tag + "state_recurrence", [&](MetadataMode mode) {
+  // v_tile 0 is the launcher's choice (16 columns at these sizes); the forced widths must give the same bytes.
+  auto run_state = [&](MetadataMode mode, int v_tile, bool check) {
     auto m = device_metadata(p, BT, mode);
     const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
     DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2),
@@ -220,17 +221,31 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     a.state.final_state = ht.as<float>();
     a.h = ho.get();
     a.v_new = vno.get();
+    a.v_tile = v_tile;
     EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-    expect_near(R.h, download_dtype(ho.get(), size_t(nt) * H * K * V, io), kRoundedStageBar, tag + "h");
-    expect_near(R.v_new, download_dtype(vno.get(), T * H * V, io), kRoundedStageBar, tag + "v_new");
-    expect_near(R.final_state, download_floats(ht.get(), size_t(p.num_sequences()) * H * K * V), kRoundedStageBar,
-                tag + "final state");
+    if (check) {
+      expect_near(R.h, download_dtype(ho.get(), size_t(nt) * H * K * V, io), kRoundedStageBar, tag + "h");
+      expect_near(R.v_new, download_dtype(vno.get(), T * H * V, io), kRoundedStageBar, tag + "v_new");
+      expect_near(R.final_state, download_floats(ht.get(), size_t(p.num_sequences()) * H * K * V), kRoundedStageBar,
+                  tag + "final state");
+    }
     std::vector<uint8_t> bytes = download_raw(ho.get(), size_t(nt) * H * K * V * 2), more = vno.download_bytes(),
                          st = ht.download_bytes();
     bytes.insert(bytes.end(), more.begin(), more.end());
     bytes.insert(bytes.end(), st.begin(), st.end());
     return bytes;
-  });
+  };
+  for_both_modes(tag + "state_recurrence", [&](MetadataMode mode) { return run_state(mode, 0, true); });
+  if (K == 64 || K == 128) {  // the matrix-unit kernel's widths
+    const std::vector<uint8_t> chosen = run_state(MetadataMode::kHostBuilder, 0, false);
+    for (int v_tile : {16, 32, 64}) {
+      if (V % v_tile != 0) continue;
+      for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+        EXPECT_EQ(chosen, run_state(mode, v_tile, false))
+            << tag << "state_recurrence v_tile " << v_tile << " " << mode_name(mode) << " differs from the chosen width";
+      }
+    }
+  }
 
   for_both_modes(tag + "chunk_output", [&](MetadataMode mode) {
     auto m = device_metadata(p, BT, mode);
@@ -274,6 +289,43 @@ TEST(StagesValidation, MisalignedIntermediatesAreRefused) {
   refused(launch_state_recurrence(st, nullptr, 0, nullptr), "state_recurrence G");
   SolveTrilArgs so{geometry(p, BT, *m), reinterpret_cast<const float*>(base), reinterpret_cast<float*>(base + 65536 + 4)};
   refused(launch_solve_tril(so, nullptr, 0, nullptr), "solve_tril Tinv");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
+// A forced V-tile width the kernels do not have is refused before anything is enqueued.
+TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
+  ASSERT_TRUE(have_gpu());
+  ref::KdaProblem p;
+  p.cu_seqlens = {0, 70};
+  p.T = 70;
+  p.H = 2;
+  p.K = 128;
+  p.V = 128;
+  const int BT = 64;
+  auto m = device_metadata(p, BT, MetadataMode::kHostBuilder);
+  DeviceBuffer buf(1 << 20);
+  char* base = static_cast<char*>(buf.get());
+  StateRecurrenceArgs st;
+  st.geometry = geometry(p, BT, *m);
+  st.w = base;
+  st.u = base + 65536;
+  st.kg = base + 2 * 65536;
+  st.G = reinterpret_cast<const float*>(base + 3 * 65536);
+  st.h = base + 6 * 65536;
+  st.v_new = base + 10 * 65536;
+  auto refused = [&](int v_tile, int K, int V, const char* what) {
+    StateRecurrenceArgs a = st;
+    a.v_tile = v_tile;
+    a.geometry.head_dim_k = K;
+    a.geometry.head_dim_v = V;
+    const Status s = launch_state_recurrence(a, nullptr, 0, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(std::string(s.message()).find("v_tile"), std::string::npos) << what << ": " << s.message();
+  };
+  refused(48, 128, 128, "a width with no kernel");
+  refused(-16, 128, 128, "a negative width");
+  refused(64, 128, 32, "a width that does not divide V");
+  refused(32, 256, 128, "a wide tile on the scalar kernel (K = 256)");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

@@ -1,6 +1,8 @@
 // What every stage launcher shares: the problem geometry and the host-side checks on it.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "kda/launch/chunk_metadata_args.hpp"
@@ -93,6 +95,27 @@ inline bool beta_activation_ok(BetaActivation a) {
 
 inline dim3 chunk_grid(int64_t grid_chunks, int num_heads, int z = 1) {
   return dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(num_heads), static_cast<unsigned>(z));
+}
+
+// Lets kKernel launch with `bytes` of dynamic shared memory on the current device. NVIDIA wants an opt-in per function
+// and device above 48 KiB; it is made on the first launch on each device, and later launches read one atomic, so the
+// steady state makes no extra runtime call. AMD gives a block its whole LDS (64 KiB on CDNA) without one.
+template <auto kKernel>
+inline Status allow_dynamic_shared(size_t bytes) {
+#if defined(KDA_PLATFORM_CUDA)
+  if (bytes <= 48 * 1024) return Status();
+  static std::atomic<uint64_t> opted_in{0};  // bit d: done on device d (devices past 63 opt in every time)
+  int device = 0;
+  KDA_RETURN_IF_RUNTIME_ERROR(hipGetDevice(&device));
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (opted_in.load(std::memory_order_acquire) & bit) != 0) return Status();
+  KDA_RETURN_IF_RUNTIME_ERROR(hipFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                                                  hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  opted_in.fetch_or(bit, std::memory_order_release);
+#else
+  (void)bytes;
+#endif
+  return Status();
 }
 
 }  // namespace detail

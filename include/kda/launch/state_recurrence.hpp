@@ -28,6 +28,9 @@ struct StateRecurrenceArgs {
   StateArgs state;
   void* h = nullptr;         // out [NT_grid,H,K,V]: NT rows with tables, ceil(T/BT)+N rows when derived
   void* v_new = nullptr;     // out [T,H,V]
+  // Columns of V per block: 0 = the launcher's choice (state_v_tile below); 16, 32 or 64 forces a width (tests,
+  // tuning). Every width gives bit-identical results. K = 256 runs the scalar kernel, which takes only 16.
+  int v_tile = 0;
 };
 
 namespace detail {
@@ -53,11 +56,61 @@ inline size_t state_recurrence_workspace_size(const StateRecurrenceArgs& a) {
 }
 
 namespace detail {
+// Fewest blocks a wider V-tile must still give. Narrow tiles (16 columns) give long single sequences the most
+// parallel chains; wider tiles stage w and kg once for more columns, which pays when there are blocks to spare
+// (measured on the H200, docs/performance.md).
+constexpr int64_t kStateWideTileMinBlocks = 2048;
+
+// The V-tile width the launcher runs: a forced a.v_tile, else the widest of 64, 32 that divides V and still gives
+// kStateWideTileMinBlocks blocks, else 16. The scalar kernel (K not 64 or 128) always takes 16.
+inline int state_v_tile(const StateRecurrenceArgs& a) {
+  const StageGeometry& g = a.geometry;
+  if (a.v_tile != 0) return a.v_tile;
+  if (g.head_dim_k != 64 && g.head_dim_k != 128) return kernels::kStateTileV;
+  for (int tile : {64, 32}) {
+    if (g.head_dim_v % tile == 0 &&
+        g.metadata.num_sequences * g.num_heads * (g.head_dim_v / tile) >= kStateWideTileMinBlocks) {
+      return tile;
+    }
+  }
+  return kernels::kStateTileV;
+}
+
+inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
+  const StageGeometry& g = a.geometry;
+  if (a.v_tile == 0) return Status();
+  KDA_REQUIRE(a.v_tile == 16 || a.v_tile == 32 || a.v_tile == 64, "v_tile: must be 0, 16, 32 or 64");
+  KDA_REQUIRE(g.head_dim_v % a.v_tile == 0, "v_tile: must divide head_dim_v");
+  KDA_REQUIRE(a.v_tile == 16 || g.head_dim_k == 64 || g.head_dim_k == 128, "v_tile: 32 and 64 need head_dim_k 64 or 128");
+  return Status();
+}
+
+template <typename E, int BT, int K, int TileV>
+inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV>;
+  constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV>();
+  KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
+  const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
+  kKernel<<<static_cast<unsigned>(blocks), kernels::kStateMmaWarps * kWarpSize, kShared, stream>>>(p);
+  KDA_RETURN_IF_LAUNCH_ERROR();
+  return Status();
+}
+
+template <typename E, int BT, int K>
+inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int64_t sequences_heads,
+                               hipStream_t stream) {
+  switch (v_tile) {
+    case 64: return launch_state_mma<E, BT, K, 64>(p, sequences_heads, stream);
+    case 32: return launch_state_mma<E, BT, K, 32>(p, sequences_heads, stream);
+    default: return launch_state_mma<E, BT, K, 16>(p, sequences_heads, stream);
+  }
+}
+
 // Enqueues the stage on already-resolved chunk tables; no validation (launch_state_recurrence and chunk_kda_fwd validate).
 inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
   const StageGeometry& g = a.geometry;
-  const int64_t blocks = g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV);
-  if (blocks == 0) return Status();
+  const int64_t sequences_heads = g.metadata.num_sequences * g.num_heads;
+  if (sequences_heads == 0) return Status();
   kernels::StateRecurrenceParams p;
   p.chunks = chunks.table;
   p.w = a.w;
@@ -79,14 +132,11 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    constexpr unsigned kMmaThreads = kernels::kStateMmaWarps * kWarpSize;
-    if (g.head_dim_k == 64) {
-      kernels::state_recurrence_mma_kernel<E, BT, 64><<<static_cast<unsigned>(blocks), kMmaThreads, 0, stream>>>(p);
-    } else if (g.head_dim_k == 128) {
-      kernels::state_recurrence_mma_kernel<E, BT, 128><<<static_cast<unsigned>(blocks), kMmaThreads, 0, stream>>>(p);
-    } else {
-      kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
-    }
+    const int v_tile = state_v_tile(a);
+    if (g.head_dim_k == 64) return launch_state_mma<E, BT, 64>(p, v_tile, sequences_heads, stream);
+    if (g.head_dim_k == 128) return launch_state_mma<E, BT, 128>(p, v_tile, sequences_heads, stream);
+    const int64_t blocks = sequences_heads * (g.head_dim_v / kernels::kStateTileV);
+    kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
   });
@@ -98,6 +148,7 @@ inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* worksp
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_RETURN_IF_ERROR(detail::validate_state(a.state, g.metadata.num_sequences));
+  KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(a));
   KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
               "num_sequences*num_heads: too many state blocks");
   const bool have = a.w && a.u && a.kg && a.G && a.h && a.v_new;
