@@ -28,7 +28,7 @@ struct StateRecurrenceArgs {
   StateArgs state;
   void* h = nullptr;         // out [NT_grid,H,K,V]: NT rows with tables, ceil(T/BT)+N rows when derived
   void* v_new = nullptr;     // out [T,H,V]
-  // Columns of V per block: 0 = the launcher's choice (state_v_tile below); 16, 32 or 64 forces a width (tests,
+  // Columns of V per block: 0 = the launcher's choice (detail::state_v_tile); 16, 32 or 64 forces a width (tests,
   // tuning). Every width gives bit-identical results. K = 256 runs the scalar kernel, which takes only 16.
   int v_tile = 0;
 };
@@ -56,31 +56,25 @@ inline size_t state_recurrence_workspace_size(const StateRecurrenceArgs& a) {
 }
 
 namespace detail {
-// Fewest blocks a wider V-tile must still give. Narrow tiles (16 columns) give long single sequences the most
-// parallel chains; wider tiles stage w and kg once for more columns, which pays when there are blocks to spare
-// (measured on the H200, docs/performance.md).
-constexpr int64_t kStateWideTileMinBlocks = 2048;
+// Fewest blocks the 64-column tiles must still give (H200, docs/performance.md): below it 32 columns. 32 beat 16 on
+// every benchmark batch, long single sequences included (single8k 0.313 -> 0.289 ms, spec256x8 0.92 -> 0.70), because
+// staging w and kg is a large part of each chunk's step; 64 beat 32 only where blocks are plentiful (varlen16 0.41 ->
+// 0.33, mixed64 0.36 -> 0.32) and lost on single sequences (single8k 0.41). 16 stays for tests and forced runs.
+constexpr int64_t kStateWideTileMinBlocks = 1024;
 
-// The V-tile width the launcher runs: a forced a.v_tile, else the widest of 64, 32 that divides V and still gives
-// kStateWideTileMinBlocks blocks, else 16. The scalar kernel (K not 64 or 128) always takes 16.
+// The V-tile width the launcher runs: a forced a.v_tile, else 64 when that still gives kStateWideTileMinBlocks
+// blocks, else 32. Every supported V (64, 128, 256) is a multiple of 64. The scalar kernel (K = 256) takes 16.
 inline int state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
   if (a.v_tile != 0) return a.v_tile;
   if (g.head_dim_k != 64 && g.head_dim_k != 128) return kernels::kStateTileV;
-  for (int tile : {64, 32}) {
-    if (g.head_dim_v % tile == 0 &&
-        g.metadata.num_sequences * g.num_heads * (g.head_dim_v / tile) >= kStateWideTileMinBlocks) {
-      return tile;
-    }
-  }
-  return kernels::kStateTileV;
+  return g.metadata.num_sequences * g.num_heads * (g.head_dim_v / 64) >= kStateWideTileMinBlocks ? 64 : 32;
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
   if (a.v_tile == 0) return Status();
   KDA_REQUIRE(a.v_tile == 16 || a.v_tile == 32 || a.v_tile == 64, "v_tile: must be 0, 16, 32 or 64");
-  KDA_REQUIRE(g.head_dim_v % a.v_tile == 0, "v_tile: must divide head_dim_v");
   KDA_REQUIRE(a.v_tile == 16 || g.head_dim_k == 64 || g.head_dim_k == 128, "v_tile: 32 and 64 need head_dim_k 64 or 128");
   return Status();
 }

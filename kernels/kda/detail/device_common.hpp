@@ -22,15 +22,25 @@ __device__ inline float load_elem(TensorView view, int64_t t, int h, int d) {
   return numeric::to_float(p[t * view.token_stride + int64_t(h) * view.head_stride + d]);
 }
 
-// Loads the 8 consecutive 16-bit elements (t, h, d .. d+7) of a view as floats with one 16-byte load. The caller
-// guarantees the alignment (vector_aligned on the host, d a multiple of 8).
-template <typename E>
-__device__ inline void load8(TensorView view, int64_t t, int h, int d, float out[8]) {
+// The 8 consecutive 16-bit elements (t, h, d .. d+7) of a view as raw bits, one 16-byte load. The caller guarantees
+// the alignment (vector_aligned on the host, d a multiple of 8).
+__device__ inline uint4 load16(TensorView view, int64_t t, int h, int d) {
   const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
-  const uint4 raw = *reinterpret_cast<const uint4*>(base);
+  return *reinterpret_cast<const uint4*>(base);
+}
+
+// The 8 16-bit E values packed in raw, as floats.
+template <typename E>
+__device__ inline void unpack8(const uint4& raw, float out[8]) {
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
 #pragma unroll
   for (int k = 0; k < 8; ++k) out[k] = numeric::to_float(E{bits[k]});
+}
+
+// load16 + unpack8.
+template <typename E>
+__device__ inline void load8(TensorView view, int64_t t, int h, int d, float out[8]) {
+  unpack8<E>(load16(view, t, h, d), out);
 }
 
 // Loads 8 consecutive floats at p (16-byte aligned) with two 16-byte loads.
