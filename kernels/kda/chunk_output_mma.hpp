@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
   auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };
   constexpr int kColTiles = V / 16;
   const int rt = warp;  // BT / 16 <= kOutputMmaWarps
-  const bool has_rows = rt < BT / 16;
+  const bool has_rows = rt < BT / 16 && rt * 16 < chunk.length;  // tiles past the chunk are never stored
 
   m::Acc acc[kColTiles];
 #pragma unroll

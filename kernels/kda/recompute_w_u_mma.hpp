@@ -45,6 +45,13 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
     tv[x] = e < BT * BT / 4 && i < chunk.length ? *reinterpret_cast<const float4*>(&p.Tinv[row_of(i) * BT + j])
                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
+  // G of the last row and beta load while the Tinv loads are in flight.
+  for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
+  for (int i = threadIdx.x; i < BT; i += kThreads) {
+    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
+                                                          p.beta_activation)
+                                 : 0.0f;
+  }
 #pragma unroll
   for (int x = 0; x < kTVecs; ++x) {
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
@@ -56,12 +63,6 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
       t_hi[i * kLdT + j + c] = hi.bits;
       t_lo[i * kLdT + j + c] = numeric::from_float<E>(t4[c] - numeric::to_float(hi)).bits;
     }
-  }
-  for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
-  for (int i = threadIdx.x; i < BT; i += kThreads) {
-    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
-                                                          p.beta_activation)
-                                 : 0.0f;
   }
 
   // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
     m::Acc acc[kMaxTiles];
 #pragma unroll
     for (int ct = 0; ct < kMaxTiles; ++ct) m::zero(acc[ct]);
-    if (rt < BT / 16) {
+    if (rt < BT / 16 && rt * 16 < chunk.length) {  // row tiles past the chunk stay zero and are never stored
       // Tinv is lower triangular: column tiles past the row tile are zero.
       for (int kt = 0; kt <= rt; ++kt) {
         const m::FragA hi = m::load_a(&t_hi[rt * 16 * kLdT + kt * 16], kLdT, lane);

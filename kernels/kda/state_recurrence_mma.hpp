@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
   bool load_initial = false;
   const int64_t slot = state_slot(p, n, &load_initial);
 
-  // S in registers: S[j][ct] is row tile warp + j * kStateMmaWarps, column tile ct. Visits every element this thread
-  // holds with its (row, column) in the tile.
+  // S in registers: S[j][ct] is row tile warp + j * kStateMmaWarps, column tile ct. Visits the elements this thread
+  // holds two at a time (accumulator elements 2i and 2i+1) with their (state row, tile column) coordinates.
   m::Acc S[kTilesPerWarp][kColTiles];
-  auto for_each_state_element = [&](auto&& f) {
+  auto for_each_state_pair = [&](auto&& f) {
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
       const int tile = warp + j * kStateMmaWarps;
@@ -86,12 +86,18 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
 #pragma unroll
       for (int ct = 0; ct < kColTiles; ++ct) {
 #pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) {
-          const m::Coord c = m::acc_coord(lane, e);
-          f(S[j][ct].x[e], tile * 16 + c.row, ct * 16 + c.col);
+        for (int e = 0; e < m::kAccPerLane; e += 2) {
+          const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
+          f(S[j][ct].x[e], S[j][ct].x[e + 1], tile * 16 + c0.row, ct * 16 + c0.col, tile * 16 + c1.row,
+            ct * 16 + c1.col);
         }
       }
     }
+  };
+  // The fp32 state pool moves a pair as one 8-byte access where the pair is two neighbouring columns of one row in
+  // memory: NVIDIA's accumulator layout, the K-first pool, an 8-byte aligned pointer (offsets are even there).
+  auto pairs_contiguous = [&](const float* pool) {
+    return m::kAccPairsInRows && p.layout == StateLayout::kKFirst && reinterpret_cast<uintptr_t>(pool) % 8 == 0;
   };
 #pragma unroll
   for (int j = 0; j < kTilesPerWarp; ++j) {
@@ -99,7 +105,18 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
     for (int ct = 0; ct < kColTiles; ++ct) m::zero(S[j][ct]);
   }
   if (load_initial) {
-    for_each_state_element([&](float& s, int d, int col) { s = p.initial_state[state_offset(p, slot, h, d, v0 + col)]; });
+    const bool vec = pairs_contiguous(p.initial_state);
+    for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+      const float* at = &p.initial_state[state_offset(p, slot, h, d0, v0 + col0)];
+      if (vec) {
+        const float2 v = *reinterpret_cast<const float2*>(at);
+        s0 = v.x;
+        s1 = v.y;
+      } else {
+        s0 = *at;
+        s1 = p.initial_state[state_offset(p, slot, h, d1, v0 + col1)];
+      }
+    });
   }
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);
@@ -187,8 +204,15 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
     store_chunk(next);
     if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), next);
-    for_each_state_element(
-        [&](float& s, int d, int col) { state_s[d * kLdV + col] = numeric::from_float<E>(s).bits; });
+    for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+      const uint16_t b0 = numeric::from_float<E>(s0).bits, b1 = numeric::from_float<E>(s1).bits;
+      if constexpr (m::kAccPairsInRows) {
+        *reinterpret_cast<uint32_t*>(&state_s[d0 * kLdV + col0]) = uint32_t(b0) | (uint32_t(b1) << 16);
+      } else {
+        state_s[d0 * kLdV + col0] = b0;
+        state_s[d1 * kLdV + col1] = b1;
+      }
+    });
     __syncthreads();
     // h = round(S) leaves in 16-byte rows, off the chain: nothing waits on these stores.
     for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
@@ -199,8 +223,9 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
 
     // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
     //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
-    //    counts.
-    for (int rt = warp; rt < kRowTiles; rt += kStateMmaWarps) {
+    //    counts. Row tiles past the chunk are never read (step 3 stops at the chunk's last row tile).
+    const int row_tiles = (length + 15) / 16;
+    for (int rt = warp; rt < row_tiles; rt += kStateMmaWarps) {
 #pragma unroll
       for (int ct = 0; ct < kColTiles; ++ct) {
         m::Acc acc, odd;
@@ -230,14 +255,19 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
           *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
     }
 
-    // 3. S = exp2(G_last) S + kg^T v_new.
-    for_each_state_element([&](float& s, int d, int) { s *= decay_s[d]; });
+    // 3. S = exp2(G_last) S + kg^T v_new, over the chunk's row tiles only (a short chunk, e.g. a decode or a
+    //    speculative batch's 8 tokens, skips the tiles that would add zeros).
+    for_each_state_pair([&](float& s0, float& s1, int d0, int, int d1, int) {
+      s0 *= decay_s[d0];
+      s1 *= decay_s[d1];
+    });
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
       const int tile = warp + j * kStateMmaWarps;
       if (tile >= kStateTiles) continue;
 #pragma unroll
       for (int it = 0; it < kRowTiles; ++it) {
+        if (it >= row_tiles) break;
         const m::FragA a = m::load_a_transposed(&kg_s[it * 16 * kLd + tile * 16], kLd, lane);
 #pragma unroll
         for (int ct = 0; ct < kColTiles; ++ct) {
@@ -249,8 +279,16 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
   }
 
   if (p.final_state != nullptr && slot >= 0) {
-    for_each_state_element(
-        [&](float& s, int d, int col) { p.final_state[state_offset(p, slot, h, d, v0 + col)] = s; });
+    const bool vec = pairs_contiguous(p.final_state);
+    for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+      float* at = &p.final_state[state_offset(p, slot, h, d0, v0 + col0)];
+      if (vec) {
+        *reinterpret_cast<float2*>(at) = make_float2(s0, s1);
+      } else {
+        *at = s0;
+        p.final_state[state_offset(p, slot, h, d1, v0 + col1)] = s1;
+      }
+    });
   }
 }
 

@@ -34,6 +34,12 @@ TEST(MmaLayout, AmdFragmentsCoverTilesOnce) {
   expect_covers_tile_once(amd::acc_coord, amd::kLanes, amd::kAccPerLane, "amd acc");
 }
 
+// The state kernel moves accumulator pairs as one access only where this holds (NVIDIA); on AMD it must not claim it.
+TEST(MmaLayout, AccumulatorPairsSitInRowsOnNvidiaOnly) {
+  EXPECT_TRUE(acc_pairs_in_rows(nvidia::acc_coord, nvidia::kLanes, nvidia::kAccPerLane));
+  EXPECT_FALSE(acc_pairs_in_rows(amd::acc_coord, amd::kLanes, amd::kAccPerLane));
+}
+
 TEST(MmaLayout, NvidiaMatchesPtxFigures) {
   // Lane 5: groupID 1, threadID_in_group 1.
   EXPECT_EQ(nvidia::a_coord(5, 0).row, 1);

@@ -60,6 +60,21 @@ KDA_HOST_DEVICE constexpr Coord a_coord(int lane, int e) { return arch::a_coord(
 KDA_HOST_DEVICE constexpr Coord b_coord(int lane, int e) { return arch::b_coord(lane, e); }
 KDA_HOST_DEVICE constexpr Coord acc_coord(int lane, int e) { return arch::acc_coord(lane, e); }
 
+// Whether every lane's accumulator elements 2i and 2i+1 are neighbours in one row, the first at an even column: true
+// for mma.sync's layout, false for MFMA's (a lane's elements run down a column). Where it holds, kernels move an
+// accumulator pair as one 8-byte (fp32) or 4-byte (16-bit) access.
+template <typename CoordFn>
+KDA_HOST_DEVICE constexpr bool acc_pairs_in_rows(CoordFn coord, int lanes, int per_lane) {
+  for (int lane = 0; lane < lanes; ++lane) {
+    for (int e = 0; e + 1 < per_lane; e += 2) {
+      const Coord a = coord(lane, e), b = coord(lane, e + 1);
+      if (a.col % 2 != 0 || b.row != a.row || b.col != a.col + 1) return false;
+    }
+  }
+  return per_lane % 2 == 0;
+}
+constexpr bool kAccPairsInRows = acc_pairs_in_rows(arch::acc_coord, arch::kLanes, arch::kAccPerLane);
+
 #if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC__)
 
 struct FragA {
