@@ -263,68 +263,66 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Stages, ::testing::Range(0, 4));
 
+// Argument-validation tests: one 70-token sequence, 2 heads, K = V = 128, host-built tables, and a 1 MiB device buffer
+// whose 64 KiB-aligned slices serve as intermediates. Nothing is ever computed: every call must be refused first.
+struct ValidationBed {
+  static constexpr int BT = 64;
+  ref::KdaProblem p;
+  std::unique_ptr<DeviceMetadata> m;
+  DeviceBuffer buf;
+  ValidationBed() : buf(1 << 20) {
+    p.cu_seqlens = {0, 70};
+    p.T = 70;
+    p.H = 2;
+    p.K = 128;
+    p.V = 128;
+    m = device_metadata(p, BT, MetadataMode::kHostBuilder);
+  }
+  char* slice(int i) const { return static_cast<char*>(buf.get()) + i * 65536; }
+  StateRecurrenceArgs state_args() const {
+    StateRecurrenceArgs a;
+    a.geometry = geometry(p, BT, *m);
+    a.w = slice(0);
+    a.u = slice(1);
+    a.kg = slice(2);
+    a.G = reinterpret_cast<const float*>(slice(3));
+    a.h = slice(6);
+    a.v_new = slice(10);
+    return a;
+  }
+};
+
+void expect_refused(const Status& s, const char* expected_text, const char* what) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+  EXPECT_NE(std::string(s.message()).find(expected_text), std::string::npos) << what << ": " << s.message();
+}
+
 // The kernels move raw intermediates 16 bytes at a time: a misaligned one is refused before anything is enqueued.
 TEST(StagesValidation, MisalignedIntermediatesAreRefused) {
   ASSERT_TRUE(have_gpu());
-  ref::KdaProblem p;
-  p.cu_seqlens = {0, 70};
-  p.T = 70;
-  p.H = 2;
-  const int BT = 64;
-  auto m = device_metadata(p, BT, MetadataMode::kHostBuilder);
-  DeviceBuffer buf(1 << 20);
-  char* base = static_cast<char*>(buf.get());
-  auto refused = [](const Status& s, const char* what) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
-    EXPECT_NE(std::string(s.message()).find("not 16-byte aligned"), std::string::npos) << what << ": " << s.message();
-  };
-  StateRecurrenceArgs st;
-  st.geometry = geometry(p, BT, *m);
-  st.w = base;
-  st.u = base + 4096;
-  st.kg = base + 8192;
-  st.G = reinterpret_cast<const float*>(base + 12288 + 8);  // 8 bytes off
-  st.h = base + 65536;
-  st.v_new = base + 131072;
-  refused(launch_state_recurrence(st, nullptr, 0, nullptr), "state_recurrence G");
-  SolveTrilArgs so{geometry(p, BT, *m), reinterpret_cast<const float*>(base), reinterpret_cast<float*>(base + 65536 + 4)};
-  refused(launch_solve_tril(so, nullptr, 0, nullptr), "solve_tril Tinv");
+  const ValidationBed bed;
+  StateRecurrenceArgs st = bed.state_args();
+  st.G = reinterpret_cast<const float*>(bed.slice(3) + 8);  // 8 bytes off
+  expect_refused(launch_state_recurrence(st, nullptr, 0, nullptr), "not 16-byte aligned", "state_recurrence G");
+  SolveTrilArgs so{geometry(bed.p, bed.BT, *bed.m), reinterpret_cast<const float*>(bed.slice(0)),
+                   reinterpret_cast<float*>(bed.slice(1) + 4)};
+  expect_refused(launch_solve_tril(so, nullptr, 0, nullptr), "not 16-byte aligned", "solve_tril Tinv");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
 // A forced V-tile width the kernels do not have is refused before anything is enqueued.
 TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   ASSERT_TRUE(have_gpu());
-  ref::KdaProblem p;
-  p.cu_seqlens = {0, 70};
-  p.T = 70;
-  p.H = 2;
-  p.K = 128;
-  p.V = 128;
-  const int BT = 64;
-  auto m = device_metadata(p, BT, MetadataMode::kHostBuilder);
-  DeviceBuffer buf(1 << 20);
-  char* base = static_cast<char*>(buf.get());
-  StateRecurrenceArgs st;
-  st.geometry = geometry(p, BT, *m);
-  st.w = base;
-  st.u = base + 65536;
-  st.kg = base + 2 * 65536;
-  st.G = reinterpret_cast<const float*>(base + 3 * 65536);
-  st.h = base + 6 * 65536;
-  st.v_new = base + 10 * 65536;
-  auto refused = [&](int v_tile, int K, int V, const char* what) {
-    StateRecurrenceArgs a = st;
+  const ValidationBed bed;
+  auto refused = [&](int v_tile, int K, const char* what) {
+    StateRecurrenceArgs a = bed.state_args();
     a.v_tile = v_tile;
     a.geometry.head_dim_k = K;
-    a.geometry.head_dim_v = V;
-    const Status s = launch_state_recurrence(a, nullptr, 0, nullptr);
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
-    EXPECT_NE(std::string(s.message()).find("v_tile"), std::string::npos) << what << ": " << s.message();
+    expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "v_tile", what);
   };
-  refused(48, 128, 128, "a width with no kernel");
-  refused(-16, 128, 128, "a negative width");
-  refused(32, 256, 128, "a wide tile on the scalar kernel (K = 256)");
+  refused(48, 128, "a width with no kernel");
+  refused(-16, 128, "a negative width");
+  refused(32, 256, "a wide tile on the scalar kernel (K = 256)");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
