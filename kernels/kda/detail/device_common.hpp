@@ -125,7 +125,10 @@ __device__ inline float activate_beta(float raw, BetaActivation act) {
 __device__ inline float gate_value(float x, GateKind kind, float a_log_exp, float lower_bound) {
   switch (kind) {
     case GateKind::kSoftplus: return -a_log_exp * softplus(x);
-    case GateKind::kLowerBound: return lower_bound * sigmoid(a_log_exp * x);
+    // lower_bound * sigmoid(a x) through the fast hardware exponential and division (2 ulp; __fdividef gives the
+    // limit 0 when __expf overflows to inf): G only needs absolute accuracy, and expf + an IEEE division made this
+    // the slower gate once softplus took the fast form (docs/performance.md).
+    case GateKind::kLowerBound: return __fdividef(lower_bound, 1.0f + __expf(-a_log_exp * x));
     default: return x;
   }
 }
