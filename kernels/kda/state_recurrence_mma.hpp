@@ -9,8 +9,10 @@
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
 //      accumulators in place, then BT/16 steps add kg^T v_new.
 // Every output element is summed in the same order whatever TileV is, so the widths give bit-identical results; they
-// differ in how much each block shares. Narrow tiles give long single sequences more blocks; wide tiles stage w and
-// kg once for more columns, which is what batches of many short sequences need (the launcher chooses).
+// differ in how much each block shares. Staging w and kg is a large part of each chunk's step, so 32 columns beat 16
+// even for long single sequences (half the blocks); 64 pay where blocks are plentiful (many sequences). The launcher
+// chooses (detail::state_v_tile; measured widths in docs/performance.md). Short chunks (decodes, speculative batches,
+// last chunks) skip the row tiles past their last token.
 #pragma once
 
 #include "kda/detail/mma.hpp"

@@ -99,7 +99,9 @@ inline dim3 chunk_grid(int64_t grid_chunks, int num_heads, int z = 1) {
 
 // Lets kKernel launch with `bytes` of dynamic shared memory on the current device. NVIDIA wants an opt-in per function
 // and device above 48 KiB; it is made on the first launch on each device, and later launches read one atomic, so the
-// steady state makes no extra runtime call. AMD gives a block its whole LDS (64 KiB on CDNA) without one.
+// steady state makes no extra runtime call. The opt-in is not a stream operation, so a first launch inside a graph
+// capture may make it (flash-attention does the same on every call). AMD gives a block its whole LDS (64 KiB on CDNA)
+// without one.
 template <auto kKernel>
 inline Status allow_dynamic_shared(size_t bytes) {
 #if defined(KDA_PLATFORM_CUDA)
