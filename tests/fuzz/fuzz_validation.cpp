@@ -2,7 +2,8 @@
 //
 // Builds ChunkKdaArgs from fuzzer bytes (sizes, head dims, chunk size, dtypes and enums including out-of-range
 // values, strides, null / distinct fake pointers, gate and lower_bound, scale, state pool fields, chunk tables and
-// host NT) and calls only the pure host functions kda::detail::validate_chunk_kda and kda::chunk_kda_workspace_size.
+// host NT) and calls only the pure host functions kda::detail::validate_chunk_kda, kda::chunk_kda_workspace_size and
+// kda::detail::state_v_tile.
 // Fake pointers are never dereferenced; no GPU is touched (no_gpu_runtime.cpp traps if a launch stub ever runs).
 //
 // Checks, besides "no crash, no UB" (ASan + UBSan with -fno-sanitize-recover):
@@ -323,6 +324,17 @@ void check(const Decoded& d) {
     KDA_FUZZ_CHECK(m.num_chunks >= 0 && m.num_chunks <= nt_max);
   }
   KDA_FUZZ_CHECK(i128(N) * H * (V / kda::kernels::kStateTileV) < (i128(1) << 31));
+  // The state recurrence's V-tile width (chunk_kda_fwd never forces one): a width the kernels have, a whole number of
+  // tiles, a matrix-unit width only where that kernel runs, and a grid that fits.
+  {
+    kda::StateRecurrenceArgs st;
+    st.geometry = a.geometry;
+    const int width = kda::detail::state_v_tile(st);
+    KDA_FUZZ_CHECK(width == 16 || width == 32 || width == 64);
+    KDA_FUZZ_CHECK(V % width == 0);
+    KDA_FUZZ_CHECK(width == kda::kernels::kStateTileV || K == 64 || K == 128);
+    KDA_FUZZ_CHECK(i128(N) * H * (V / width) < (i128(1) << 31));
+  }
 
   // The workspace size cannot have wrapped.
   check_workspace_layout(a);
