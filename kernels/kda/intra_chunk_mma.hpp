@@ -6,14 +6,19 @@
 //     exp2(G_i - G_j) = exp2(G_i - G_r) * exp2(G_r - G_j),      both factors <= 1 (G is non-increasing),
 // so the off-diagonal tiles are products of two factor matrices: L_i = x_i exp2(G_i - G_r) (x = k or q) and
 // R_j = k_j exp2(G_r - G_j). No exponent is ever positive, so no finite gate overflows. The factors enter the
-// matrix units as hi + lo pairs of 16-bit values (hi*hi + hi*lo + lo*hi keeps ~16 significant bits). The diagonal
-// tiles, where a shared reference row would need exp2 of a positive number, are summed exactly per element:
-// exp2(G_i - G_j) with j <= i.
+// matrix units as hi + lo pairs of 16-bit values (hi*hi + hi*lo + lo*hi keeps ~16 significant bits).
+//
+// Each diagonal tile splits the same way once more, at its middle row m = r + 8: its lower-left 8x8 quarter (rows
+// m.., columns ..m-1) is the product of L'_i = x_i exp2(G_i - G_m) and R'_j = k_j exp2(G_m - G_j), again both <= 1.
+// One matrix-unit product serves both matrices: its A operand stacks the 8 k rows over the 8 q rows. What is left,
+// the two 8-row triangles of each diagonal tile (where a shared reference row would need exp2 of a positive number),
+// is summed exactly per element: exp2(G_i - G_j) with j <= i.
 //
 // One block of kIntraMmaWarps warps per (chunk, head). K is walked in slices of 16 channels staged in shared memory
 // with 16-byte loads: q and k must be vector_aligned (the launcher checks; otherwise it runs intra_chunk_kernel, the
-// per-element form of the same contract). Per slice the whole block computes the factors and the diagonal sums (the
-// work is spread evenly; later row blocks have more R factors), then warp a multiplies the factors of row block a.
+// per-element form of the same contract). Per slice the whole block computes the factors and the exact triangle sums
+// (the work is spread evenly over the threads), then the matrix products run, spread evenly over the warps: the
+// off-diagonal (tile, matrix) products in contiguous runs of kSlots per warp, and one diagonal quarter per warp.
 //
 // With p.Tinv set, the block goes on to invert I + Akk while Akk is still in shared memory (detail::tril_inverse, the
 // function the solve_tril stage runs), which saves the solve_tril launch and its round trip through memory.
@@ -27,35 +32,45 @@ namespace kda::kernels {
 
 constexpr int kIntraMmaWarps = 4;
 
-// Four blocks per multiprocessor caps the kernel at 128 registers; ptxas then spills a few dozen bytes, and that
-// measured faster than 3 blocks without spills (0.53 against 0.57 ms on single8k, H200; docs/performance.md).
+// Blocks per multiprocessor the register cap aims at (docs/performance.md has the measurements).
+#ifndef KDA_INTRA_MINB
+#define KDA_INTRA_MINB 5
+#endif
 template <typename E, int BT>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma_kernel(IntraChunkParams p) {
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, KDA_INTRA_MINB) intra_chunk_mma_kernel(IntraChunkParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
-  constexpr int kBlocks = BT / 16;             // row blocks; warp a < kBlocks owns block a
+  constexpr int kBlocks = BT / 16;             // 16-row blocks
   constexpr int kSlice = 16;                   // channels per step
   constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows read as
                                                // float4 hit disjoint banks
-  constexpr int kLdF = kSlice + 8;             // 16-bit factor row
-  constexpr int kDiagPairs = 16 * 17 / 2;      // (i, j), j <= i, inside one block
-  constexpr int kPairsPerThread = (kBlocks * kDiagPairs + kThreads - 1) / kThreads;
-  constexpr int kFactorsPerBlock = 4 * 16 * kLdF + 2 * (BT - 16 > 0 ? BT - 16 : 16) * kLdF;  // halves
+  // Factor tiles are 16 channels wide, stored as m::swizzled16 (unpadded rows, conflict-free fragment loads).
   constexpr int kGroups = kThreads / kSlice;   // threads sharing one channel of a slice (factor loops)
-  static_assert(kThreads % kSlice == 0 && 16 % (kThreads / kSlice) == 0, "whole channel groups, whole rows");
-  constexpr int kMaxLeft = kBlocks - 1;        // off-diagonal tiles of the last block
+  static_assert(kThreads % kSlice == 0 && 8 % kGroups == 0, "whole channel groups, whole rows");
+  // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
+  constexpr int kTrianglePairs = 8 * 9 / 2;
+  constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
+  constexpr int kPairsPerThread = (kPairs + kThreads - 1) / kThreads;
+  // Off-diagonal products: (tile (a, b), b < a) x (Akk, Aqk), in runs of kSlots per warp.
+  constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;
+  constexpr int kProducts = 2 * kTiles;
+  constexpr int kSlots = kProducts > 0 ? (kProducts + kIntraMmaWarps - 1) / kIntraMmaWarps : 1;
+  static_assert(kBlocks <= kIntraMmaWarps, "one diagonal quarter per warp");
 
-  // Per slice: staging (fp32 q, k, G) and the factors of each row block. After the last slice the same memory holds
-  // the output.
+  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), the
+  // quarter's R' (hi, lo; 8 rows each) and L' (hi, lo; 16 rows each: k rows over q rows). Then R of every block,
+  // all hi rows (16 b rows for block b) before all lo rows. R' comes before L' so that the 8 rows a 16-row fragment
+  // load reads past R' lo are real memory (their products are masked out).
+  constexpr int kRowsPerBlock = 4 * 16 + 2 * 8 + 2 * 16;
+  constexpr int kRRows = 16 * kTiles > 0 ? 16 * kTiles : 16;
+  constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + 2 * kRRows) * 16;
   constexpr int kStageFloats = 3 * BT * kLdS;
-  constexpr int kFactorHalves = kIntraMmaWarps * kFactorsPerBlock;
   constexpr int kLdO = BT + 4;                 // fp32 output rows (16-byte aligned for tril_inverse)
   constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
   constexpr int kSliceBytes = kStageFloats * 4 + kFactorHalves * 2;
   constexpr int kWorkBytes = kSliceBytes > kOutFloats * 4 ? kSliceBytes : kOutFloats * 4;
-  static_assert(m::fragment_stride_ok(kLdF) && (kStageFloats * 4) % 16 == 0 && kFactorsPerBlock % 8 == 0,
-                "fragment rows must be 16-byte aligned");
-  static_assert(kBlocks <= kIntraMmaWarps, "one warp per row block for the matrix products");
+  static_assert((kStageFloats * 4) % 16 == 0 && kRowsPerBlock % 8 == 0 && kRRows % 8 == 0,
+                "fragment rows 16-byte aligned; swizzled tiles start at multiples of 8 rows");
   __shared__ __align__(16) unsigned char smem[kWorkBytes];
   __shared__ float beta_s[BT];  // activated beta of each row
   float* q_s = reinterpret_cast<float*>(smem);
@@ -67,28 +82,41 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
   if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int a = warp;                            // this warp's row block
-  const int r = 16 * a;                          // its reference row
-  const bool active = a < kBlocks && r < chunk.length;
-  // Factor storage of row block b: L hi/lo for q and k (16 rows each), R hi/lo (rows 0 .. 16 b - 1).
-  auto lq_hi = [&](int b) { return factors + b * kFactorsPerBlock; };
-  auto lq_lo = [&](int b) { return lq_hi(b) + 16 * kLdF; };
-  auto lk_hi = [&](int b) { return lq_hi(b) + 2 * 16 * kLdF; };
-  auto lk_lo = [&](int b) { return lq_hi(b) + 3 * 16 * kLdF; };
-  auto r_hi = [&](int b) { return lq_hi(b) + 4 * 16 * kLdF; };
-  auto r_lo = [&](int b) { return r_hi(b) + (BT - 16 > 0 ? BT - 16 : 16) * kLdF; };
+  auto rows = [&](int row) { return factors + row * 16; };  // the factor tile starting at this row
+  auto lq_hi = [&](int b) { return rows(b * kRowsPerBlock); };
+  auto lq_lo = [&](int b) { return rows(b * kRowsPerBlock + 16); };
+  auto lk_hi = [&](int b) { return rows(b * kRowsPerBlock + 32); };
+  auto lk_lo = [&](int b) { return rows(b * kRowsPerBlock + 48); };
+  auto rq_hi = [&](int b) { return rows(b * kRowsPerBlock + 64); };  // R' of block b's diagonal quarter
+  auto rq_lo = [&](int b) { return rows(b * kRowsPerBlock + 72); };
+  auto lqr_hi = [&](int b) { return rows(b * kRowsPerBlock + 80); };  // L' (k rows 0-7, q rows 8-15)
+  auto lqr_lo = [&](int b) { return rows(b * kRowsPerBlock + 96); };
+  auto r_hi = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1)); };
+  auto r_lo = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1) + kRRows); };
+  auto at = [](int row, int col) { return m::swizzled16(row, col); };
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     const float raw = i < chunk.length ? detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0) : 0.0f;
     beta_s[i] = i < chunk.length ? detail::activate_beta(raw, p.beta_activation) : 0.0f;
   }
 
-  m::Acc acc_kk[kMaxLeft > 0 ? kMaxLeft : 1], acc_qk[kMaxLeft > 0 ? kMaxLeft : 1];
+  // This warp's off-diagonal products: product n = warp * kSlots + s is matrix n / kTiles (0 Akk, 1 Aqk) at tile
+  // n % kTiles, tiles numbered row by row: (1,0), (2,0), (2,1), (3,0), ...
+  int slot_a[kSlots], slot_b[kSlots], slot_m[kSlots];
 #pragma unroll
-  for (int b = 0; b < (kMaxLeft > 0 ? kMaxLeft : 1); ++b) {
-    m::zero(acc_kk[b]);
-    m::zero(acc_qk[b]);
+  for (int s = 0; s < kSlots; ++s) {
+    const int n = warp * kSlots + s, t = n % (kTiles > 0 ? kTiles : 1);
+    int a = 1;
+    while (a * (a + 1) / 2 <= t) ++a;
+    slot_a[s] = n < kProducts ? a : BT;  // BT: no product
+    slot_b[s] = t - a * (a - 1) / 2;
+    slot_m[s] = n / (kTiles > 0 ? kTiles : 1);
   }
-  float diag_kk[kPairsPerThread] = {}, diag_qk[kPairsPerThread] = {};
+  m::Acc acc[kSlots], acc_quarter;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) m::zero(acc[s]);
+  m::zero(acc_quarter);
+  const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
+  const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
   auto split = [](float x, uint16_t* hi, uint16_t* lo) {
     const E h16 = numeric::from_float<E>(x);
@@ -96,18 +124,17 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
     *lo = numeric::from_float<E>(x - numeric::to_float(h16)).bits;
   };
 
-  // Every slice's work is spread over the whole block, not over each row block's warp (the later blocks have more
-  // R factors, and a per-warp split left the first warps waiting at the barrier). Diagonal pairs: thread slot x holds
-  // task tid + x * kThreads = (row block, pair), pair = i (i + 1) / 2 + j, decoded once into chunk rows.
-  int pair_i[kPairsPerThread], pair_j[kPairsPerThread];
+  // Exact triangle pairs: thread slot x holds task tid + x * kThreads = (triangle, pair), pair = i (i + 1) / 2 + j,
+  // decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair).
+  int pair_rows[kPairsPerThread];
+  float diag_kk[kPairsPerThread] = {}, diag_qk[kPairsPerThread] = {};
 #pragma unroll
   for (int x = 0; x < kPairsPerThread; ++x) {
-    const int task = threadIdx.x + x * kThreads, pair = task % kDiagPairs;
+    const int task = threadIdx.x + x * kThreads, pair = task % kTrianglePairs;
     int i = 0;
     while ((i + 1) * (i + 2) / 2 <= pair) ++i;
-    const int base = 16 * (task / kDiagPairs);
-    pair_i[x] = task < kBlocks * kDiagPairs ? base + i : BT;  // BT: no pair
-    pair_j[x] = base + pair - i * (i + 1) / 2;
+    const int base = 8 * (task / kTrianglePairs);
+    pair_rows[x] = task < kPairs ? (base + i) | ((base + pair - i * (i + 1) / 2) << 16) : -1;
   }
 
   // Slice staging: 16 channels of a row are two 16-byte vectors of q and of k and four of G. The next slice's loads
@@ -177,22 +204,36 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
         for (int n = 0; n < 16 / kGroups; ++n) {
           const int i = grp + n * kGroups, row = ref + i;
           const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_ref) : 0.0f;
-          split(q_s[row * kLdS + d] * decay, &lq_hi(b)[i * kLdF + d], &lq_lo(b)[i * kLdF + d]);
-          split(k_s[row * kLdS + d] * decay, &lk_hi(b)[i * kLdF + d], &lk_lo(b)[i * kLdF + d]);
+          split(q_s[row * kLdS + d] * decay, &lq_hi(b)[at(i, d)], &lq_lo(b)[at(i, d)]);
+          split(k_s[row * kLdS + d] * decay, &lk_hi(b)[at(i, d)], &lk_lo(b)[at(i, d)]);
+        }
+        // The diagonal quarter's L' (rows mid..) and R' (rows ref..mid-1) against the middle row mid.
+        const int mid = ref + 8;
+        if (mid < chunk.length) {  // uniform; otherwise the quarter has no rows
+          const float g_mid = g_s[mid * kLdS + d];
+#pragma unroll
+          for (int n = 0; n < 8 / kGroups; ++n) {
+            const int i = grp + n * kGroups, row = mid + i, col = ref + i;
+            const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_mid) : 0.0f;
+            split(k_s[row * kLdS + d] * decay, &lqr_hi(b)[at(i, d)], &lqr_lo(b)[at(i, d)]);
+            split(q_s[row * kLdS + d] * decay, &lqr_hi(b)[at(8 + i, d)], &lqr_lo(b)[at(8 + i, d)]);
+            split(k_s[col * kLdS + d] * detail::decay_exp2(g_mid - g_s[col * kLdS + d]), &rq_hi(b)[at(i, d)],
+                  &rq_lo(b)[at(i, d)]);
+          }
         }
         // R of block b: the rows before it, against its reference row.
         for (int n = 0; n < ref / kGroups; ++n) {
           const int j = grp + n * kGroups;
-          split(k_s[j * kLdS + d] * detail::decay_exp2(g_ref - g_s[j * kLdS + d]), &r_hi(b)[j * kLdF + d],
-                &r_lo(b)[j * kLdF + d]);
+          split(k_s[j * kLdS + d] * detail::decay_exp2(g_ref - g_s[j * kLdS + d]), &r_hi(b)[at(j, d)],
+                &r_lo(b)[at(j, d)]);
         }
       }
     }
-    // Diagonal blocks, exactly.
+    // The 8-row triangles, exactly.
 #pragma unroll
     for (int x = 0; x < kPairsPerThread; ++x) {
-      const int ri = pair_i[x], rj = pair_j[x];
-      if (ri >= chunk.length) continue;  // no pair, or no such token
+      const int ri = pair_rows[x] & 0xffff, rj = pair_rows[x] >> 16;
+      if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
       // Four channels per 16-byte shared load: the threads of a warp touch few distinct rows, so each load is about
       // one shared-memory wavefront.
       float kk = 0.0f, qk = 0.0f;
@@ -212,21 +253,26 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
       diag_qk[x] += qk;
     }
     __syncthreads();  // factors are written
-    if (active) {  // warp a multiplies the factors of row block a
-      const m::FragA kh = m::load_a(lk_hi(a), kLdF, lane), kl = m::load_a(lk_lo(a), kLdF, lane);
-      const m::FragA qh = m::load_a(lq_hi(a), kLdF, lane), ql = m::load_a(lq_lo(a), kLdF, lane);
 #pragma unroll
-      for (int b = 0; b < kMaxLeft; ++b) {
-        if (b >= a) continue;
-        const m::FragB rh = m::load_b_transposed(&r_hi(a)[16 * b * kLdF], kLdF, lane);
-        const m::FragB rl = m::load_b_transposed(&r_lo(a)[16 * b * kLdF], kLdF, lane);
-        m::mma<E>(acc_kk[b], kh, rh);
-        m::mma<E>(acc_kk[b], kh, rl);
-        m::mma<E>(acc_kk[b], kl, rh);
-        m::mma<E>(acc_qk[b], qh, rh);
-        m::mma<E>(acc_qk[b], qh, rl);
-        m::mma<E>(acc_qk[b], ql, rh);
-      }
+    for (int s = 0; s < kSlots; ++s) {
+      const int a = slot_a[s], b = slot_b[s];
+      if (16 * a >= chunk.length) continue;  // no product, or its row block has no rows (uniform over the warp)
+      const uint16_t* l_hi = slot_m[s] == 0 ? lk_hi(a) : lq_hi(a);
+      const m::FragA lh = m::load_a_swizzled16(l_hi, lane), ll = m::load_a_swizzled16(l_hi + 16 * 16, lane);
+      const m::FragB rh = m::load_b_transposed_swizzled16(r_hi(a) + 16 * b * 16, lane);
+      const m::FragB rl = m::load_b_transposed_swizzled16(r_lo(a) + 16 * b * 16, lane);
+      m::mma<E>(acc[s], lh, rh);
+      m::mma<E>(acc[s], lh, rl);
+      m::mma<E>(acc[s], ll, rh);
+    }
+    if (has_quarter) {
+      const m::FragA lh = m::load_a_swizzled16(lqr_hi(qb), lane), ll = m::load_a_swizzled16(lqr_lo(qb), lane);
+      m::FragB rh = m::load_b_transposed_swizzled16(rq_hi(qb), lane), rl = m::load_b_transposed_swizzled16(rq_lo(qb), lane);
+      m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
+      m::keep_b_columns_0_to_7(rl, lane);
+      m::mma<E>(acc_quarter, lh, rh);
+      m::mma<E>(acc_quarter, lh, rl);
+      m::mma<E>(acc_quarter, ll, rh);
     }
   }
 
@@ -236,22 +282,30 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, 4) intra_chunk_mma
   float* aqk_s = akk_s + BT * kLdO;
   for (int e = threadIdx.x; e < 2 * BT * kLdO; e += kThreads) akk_s[e] = 0.0f;
   __syncthreads();
-  if (active) {
 #pragma unroll
-    for (int b = 0; b < kMaxLeft; ++b) {
-      if (b >= a) continue;
+  for (int s = 0; s < kSlots; ++s) {
+    const int a = slot_a[s], b = slot_b[s];
+    if (16 * a >= chunk.length) continue;
+    float* dst = slot_m[s] == 0 ? akk_s : aqk_s;
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord c = m::acc_coord(lane, e);
-        akk_s[(r + c.row) * kLdO + 16 * b + c.col] = acc_kk[b].x[e];
-        aqk_s[(r + c.row) * kLdO + 16 * b + c.col] = acc_qk[b].x[e];
-      }
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      dst[(16 * a + c.row) * kLdO + 16 * b + c.col] = acc[s].x[e];
+    }
+  }
+  if (has_quarter) {  // rows 0-7 of the product are Akk's, rows 8-15 Aqk's; columns 8-15 are masked out
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      if (c.col >= 8) continue;
+      float* dst = c.row < 8 ? akk_s : aqk_s;
+      dst[(16 * qb + 8 + c.row % 8) * kLdO + 16 * qb + c.col] = acc_quarter.x[e];
     }
   }
 #pragma unroll
   for (int x = 0; x < kPairsPerThread; ++x) {
-    const int i = pair_i[x], j = pair_j[x];
-    if (i >= chunk.length) continue;
+    const int i = pair_rows[x] & 0xffff, j = pair_rows[x] >> 16;
+    if (pair_rows[x] < 0 || i >= chunk.length) continue;
     if (j < i) akk_s[i * kLdO + j] = diag_kk[x];
     aqk_s[i * kLdO + j] = diag_qk[x];
   }

@@ -40,6 +40,28 @@ TEST(MmaLayout, AccumulatorPairsSitInRowsOnNvidiaOnly) {
   EXPECT_FALSE(acc_pairs_in_rows(amd::acc_coord, amd::kLanes, amd::kAccPerLane));
 }
 
+// swizzled16 stores a 16x16 tile in 256 elements without padding, each element once, and the 8 rows that one
+// ldmatrix phase reads (any 8 consecutive rows from a multiple of 8, one 16-byte half each) fall in 8 distinct
+// 16-byte bank groups of a 128-byte bank line.
+TEST(MmaLayout, Swizzled16IsABijectionAndConflictFree) {
+  std::array<int, 512> seen{};
+  for (int r = 0; r < 32; ++r)
+    for (int c = 0; c < 16; ++c) {
+      const int at = swizzled16(r, c);
+      ASSERT_TRUE(at >= 0 && at < 512);
+      ++seen[at];
+      EXPECT_EQ(at / 16, r) << "stays in its row";
+      EXPECT_EQ(swizzled16(r, c) - swizzled16(r, c & ~7), c & 7) << "8-element halves stay contiguous";
+    }
+  for (int i = 0; i < 512; ++i) EXPECT_EQ(seen[i], 1) << "element " << i;
+  for (int r0 = 0; r0 < 32; r0 += 8)
+    for (int half = 0; half < 2; ++half) {
+      std::array<int, 8> groups{};
+      for (int r = r0; r < r0 + 8; ++r) ++groups[(swizzled16(r, 8 * half) * 2 / 16) % 8];
+      for (int g = 0; g < 8; ++g) EXPECT_EQ(groups[g], 1) << "rows " << r0 << "+, half " << half << ", group " << g;
+    }
+}
+
 TEST(MmaLayout, NvidiaMatchesPtxFigures) {
   // Lane 5: groupID 1, threadID_in_group 1.
   EXPECT_EQ(nvidia::a_coord(5, 0).row, 1);

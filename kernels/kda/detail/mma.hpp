@@ -75,6 +75,13 @@ KDA_HOST_DEVICE constexpr bool acc_pairs_in_rows(CoordFn coord, int lanes, int p
 }
 constexpr bool kAccPairsInRows = acc_pairs_in_rows(arch::acc_coord, arch::kLanes, arch::kAccPerLane);
 
+// Tiles of 16-bit values stored in rows of exactly 16 elements (32 bytes, no padding) where, in rows 4-7 of every 8,
+// the two 16-byte halves of a row trade places: the 8 row segments one ldmatrix phase reads then lie in 8 distinct
+// 16-byte bank groups. Rows count from a multiple of 8. Element (row, col) of such a tile:
+KDA_HOST_DEVICE constexpr int swizzled16(int row, int col) {
+  return row * 16 + (((col >> 3) ^ (row >> 2)) & 1) * 8 + (col & 7);
+}
+
 #if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC__)
 
 struct FragA {
@@ -187,6 +194,44 @@ __device__ inline FragB load_b_transposed(const uint16_t* tile, int ld, int lane
   gather<kBPerLane, true>(f.x, tile, ld, lane, b_coord);
 #endif
   return f;
+}
+
+// A tile with element (r, k) at tile[swizzled16(r, k)].
+__device__ inline FragA load_a_swizzled16(const uint16_t* tile, int lane) {
+  FragA f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  ldmatrix_x4<false>(f.x, tile + swizzled16(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)));
+#else
+#pragma unroll
+  for (int e = 0; e < kAPerLane; ++e) {
+    const Coord c = a_coord(lane, e);
+    f.x[e] = tile[swizzled16(c.row, c.col)];
+  }
+#endif
+  return f;
+}
+// B tile with element (k, n) at tile[swizzled16(n, k)] (stored rows are n, as in load_b_transposed).
+__device__ inline FragB load_b_transposed_swizzled16(const uint16_t* tile, int lane) {
+  FragB f;
+#if defined(__CUDACC__) && !defined(__HIP__)
+  ldmatrix_x4<false>(f.x, tile + swizzled16(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)));
+#else
+#pragma unroll
+  for (int e = 0; e < kBPerLane; ++e) {
+    const Coord c = b_coord(lane, e);
+    f.x[e] = tile[swizzled16(c.col, c.row)];
+  }
+#endif
+  return f;
+}
+
+// Zeroes the elements of columns 8-15 of a B operand, for a product with only 8 columns: columns 8-15 of the result
+// then get nothing. The load before it may have read anything there (it must still be real shared memory).
+__device__ inline void keep_b_columns_0_to_7(FragB& f, int lane) {
+#pragma unroll
+  for (int e = 0; e < kBPerLane; ++e) {
+    if (b_coord(lane, e).col >= 8) f.x[e] = 0;
+  }
 }
 
 // D += A * B. E selects bf16 (bf16_t) or fp16 (fp16_t) inputs.
