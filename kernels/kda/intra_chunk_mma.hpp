@@ -32,12 +32,14 @@ namespace kda::kernels {
 
 constexpr int kIntraMmaWarps = 4;
 
-// Blocks per multiprocessor the register cap aims at (docs/performance.md has the measurements).
-#ifndef KDA_INTRA_MINB
-#define KDA_INTRA_MINB 5
-#endif
+// Five blocks per multiprocessor: the register cap (96) costs ~20 bytes of spills, and the fifth block (38 KB of
+// shared memory each) measured faster than four (H200, intra + solve single8k 0.525 -> 0.502 ms;
+// docs/performance.md).
+constexpr int kIntraMmaMinBlocks = 5;
+
 template <typename E, int BT>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, KDA_INTRA_MINB) intra_chunk_mma_kernel(IntraChunkParams p) {
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+    intra_chunk_mma_kernel(IntraChunkParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   constexpr int kBlocks = BT / 16;             // 16-row blocks
