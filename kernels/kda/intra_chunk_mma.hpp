@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     }
     if (has_quarter) {
       const m::FragA lh = m::load_a_swizzled16(lqr_hi(qb), lane), ll = m::load_a_swizzled16(lqr_lo(qb), lane);
-      m::FragB rh = m::load_b_transposed_swizzled16(rq_hi(qb), lane), rl = m::load_b_transposed_swizzled16(rq_lo(qb), lane);
+      m::FragB rh = m::load_b_transposed_swizzled16(rq_hi(qb), lane);
+      m::FragB rl = m::load_b_transposed_swizzled16(rq_lo(qb), lane);
       m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
       m::keep_b_columns_0_to_7(rl, lane);
       m::mma<E>(acc_quarter, lh, rh);
