@@ -30,6 +30,7 @@ void print_help() {
       "  --kda_warmup=N       untimed calls before timing (default %d)\n"
       "  --kda_graph          time the N calls as one captured graph instead of direct launches\n"
       "  --kda_state_v_tile=N state_recurrence stage benchmarks force V-tile width N (16, 32, 64; 0 = launcher's)\n"
+      "  --kda_state_warps=N  state_recurrence stage benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
       bench_options().calls, bench_options().warmup, kDefaultMinTime);
   benchmark::PrintDefaultHelp();
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
     } else if (bool_flag(a, "--kda_graph")) {
       bench_options().graph = true;
     } else if (int_flag(a, "--kda_calls", &bench_options().calls) || int_flag(a, "--kda_warmup", &bench_options().warmup) ||
-               int_flag(a, "--kda_state_v_tile", &bench_options().state_v_tile)) {
+               int_flag(a, "--kda_state_v_tile", &bench_options().state_v_tile) ||
+               int_flag(a, "--kda_state_warps", &bench_options().state_warps)) {
     } else {
       if (bool_flag(a, "--benchmark_list_tests")) list_only = true;
       if (starts_with(a, "--benchmark_list_tests=")) list_only = bool_flag(a, "--benchmark_list_tests");

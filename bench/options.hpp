@@ -9,6 +9,7 @@ struct BenchOptions {
   int warmup = 3;      // --kda_warmup=N: untimed calls before the first timed iteration
   bool graph = false;  // --kda_graph: time the N calls as one captured graph (host time is still a direct call)
   int state_v_tile = 0;  // --kda_state_v_tile=N: V-tile width of the state_recurrence stage benchmark (0 = launcher's)
+  int state_warps = 0;   // --kda_state_warps=N: warps per block of the same benchmark (4 or 8; 0 = launcher's)
 };
 
 inline BenchOptions& bench_options() {

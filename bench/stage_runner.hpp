@@ -49,6 +49,7 @@ class StageRunner {
     wu_ = s.wu;
     state_ = s.state;
     state_.v_tile = bench_options().state_v_tile;
+    state_.warps = bench_options().state_warps;
     out_ = s.output;
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes

@@ -1,15 +1,17 @@
 // Stage 5 on the matrix units: the same recurrence and contract as state_recurrence.hpp, for K in {64, 128}.
 //
-// One block of kWarps warps per (sequence, head, V-tile of TileV columns, TileV in {16, 32, 64}). The fp32 state
-// S [K,TileV] stays in the accumulator registers for the whole sequence: warp w owns row tiles w, w + kWarps, ... of
-// S, each across all TileV / 16 column tiles. Per chunk:
+// One block of Warps warps (4 or 8) per (sequence, head, V-tile of TileV columns, TileV in {16, 32, 64}). The fp32
+// state S [K,TileV] stays in the accumulator registers for the whole sequence: each warp owns an equal rectangle of
+// its 16x16 tiles (whole rows of tiles where there are enough). Per chunk:
 //   1. stage w, kg [BT,K] and the u tile [BT,TileV] in shared memory; write h = round(S) to shared memory, where it is
 //      the B operand of the next product, and from there to global in 16-byte rows;
 //   2. v_new = u - w round(S): K/16 matrix-unit steps per 16x16 tile, written over u in shared memory;
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
 //      accumulators in place, then BT/16 steps add kg^T v_new.
-// Every output element is summed in the same order whatever TileV is, so the widths give bit-identical results; they
-// differ in how much each block shares. Staging w and kg is a large part of each chunk's step, so 32 columns beat 16
+// Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
+// results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
+// chain of chunks runs on one block per (head, V-tile), so with few blocks the multiprocessors idle and the step's
+// latency is the cost: 8 warps split that step in half. Staging w and kg is a large part of each chunk's step, so 32 columns beat 16
 // even for long single sequences (half the blocks); 64 pay where blocks are plentiful (many sequences). The launcher
 // chooses (detail::state_v_tile; measured widths in docs/performance.md). Short chunks (decodes, speculative batches,
 // last chunks) skip the row tiles past their last token.
@@ -20,7 +22,8 @@
 
 namespace kda::kernels {
 
-constexpr int kStateMmaWarps = 4;
+constexpr int kStateMmaWarps = 4;      // warps per block where blocks are plentiful
+constexpr int kStateMmaWideWarps = 8;  // ... and where they are few (the launcher chooses)
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
@@ -32,25 +35,34 @@ constexpr size_t state_mma_shared_bytes() {
          + sizeof(float) * K;                         // decay over the chunk
 }
 
-// Three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run thousands of
-// these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the H200 at
-// TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two blocks.
-template <int TileV>
+// Four warps: three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run
+// thousands of these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the
+// H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
+// blocks. Eight warps hold half as much per thread: two blocks.
+template <int TileV, int Warps>
 constexpr int state_mma_min_blocks() {
-  return TileV >= 64 ? 2 : 3;
+  return Warps > 4 || TileV >= 64 ? 2 : 3;
 }
 
-template <typename E, int BT, int K, int TileV>
-__global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_blocks<TileV>())
+template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps>
+__global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV, Warps>())
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
-  constexpr int kThreads = kStateMmaWarps * kWarpSize;
+  constexpr int kThreads = Warps * kWarpSize;
   constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
   constexpr int kLdV = TileV + 8;            // padded row of round(S) and of u / v_new
   constexpr int kColTiles = TileV / 16;
   constexpr int kStateTiles = K / 16;        // row tiles of S
-  constexpr int kTilesPerWarp = (kStateTiles + kStateMmaWarps - 1) / kStateMmaWarps;
   constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
+  // This warp's rectangle of S: kTilesPerWarp row tiles x kColsPerWarp column tiles. Warps past the last tile (K 64
+  // with 16 columns and 8 warps) own none.
+  constexpr int kSTiles = kStateTiles * kColTiles;
+  constexpr int kPerWarp = kSTiles >= Warps ? kSTiles / Warps : 1;
+  constexpr int kColsPerWarp = kPerWarp < kColTiles ? kPerWarp : kColTiles;
+  constexpr int kTilesPerWarp = kPerWarp / kColsPerWarp;
+  constexpr int kWarpsPerRow = kColTiles / kColsPerWarp;
+  static_assert(kSTiles % Warps == 0 || kSTiles < Warps, "equal rectangles");
+  static_assert(kColTiles % kColsPerWarp == 0 && kPerWarp % kColsPerWarp == 0, "whole rectangles");
   static_assert(TileV % 16 == 0 && m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kLdV),
                 "fragment rows must be 16-byte aligned");
   extern __shared__ __align__(16) unsigned char state_smem[];
@@ -77,20 +89,22 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
   bool load_initial = false;
   const int64_t slot = state_slot(p, n, &load_initial);
 
-  // S in registers: S[j][ct] is row tile warp + j * kStateMmaWarps, column tile ct. Visits the elements this thread
-  // holds two at a time (accumulator elements 2i and 2i+1) with their (state row, tile column) coordinates.
-  m::Acc S[kTilesPerWarp][kColTiles];
+  // S in registers: S[j][c] is row tile tile0 + j, column tile ct0 + c. Visits the elements this thread holds two at
+  // a time (accumulator elements 2i and 2i+1) with their (state row, tile column) coordinates.
+  const int tile0 = (warp / kWarpsPerRow) * kTilesPerWarp, ct0 = (warp % kWarpsPerRow) * kColsPerWarp;
+  m::Acc S[kTilesPerWarp][kColsPerWarp];
   auto for_each_state_pair = [&](auto&& f) {
 #pragma unroll
     for (int j = 0; j < kTilesPerWarp; ++j) {
-      const int tile = warp + j * kStateMmaWarps;
+      const int tile = tile0 + j;
       if (tile >= kStateTiles) continue;
 #pragma unroll
-      for (int ct = 0; ct < kColTiles; ++ct) {
+      for (int c = 0; c < kColsPerWarp; ++c) {
+        const int ct = ct0 + c;
 #pragma unroll
         for (int e = 0; e < m::kAccPerLane; e += 2) {
           const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
-          f(S[j][ct].x[e], S[j][ct].x[e + 1], tile * 16 + c0.row, ct * 16 + c0.col, tile * 16 + c1.row,
+          f(S[j][c].x[e], S[j][c].x[e + 1], tile * 16 + c0.row, ct * 16 + c0.col, tile * 16 + c1.row,
             ct * 16 + c1.col);
         }
       }
@@ -104,7 +118,7 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
 #pragma unroll
   for (int j = 0; j < kTilesPerWarp; ++j) {
 #pragma unroll
-    for (int ct = 0; ct < kColTiles; ++ct) m::zero(S[j][ct]);
+    for (int c = 0; c < kColsPerWarp; ++c) m::zero(S[j][c]);
   }
   if (load_initial) {
     const bool vec = pairs_contiguous(p.initial_state);
@@ -227,10 +241,12 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
     //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
     //    counts. Row tiles past the chunk are never read (step 3 stops at the chunk's last row tile).
     const int row_tiles = (length + 15) / 16;
-    for (int rt = warp; rt < kRowTiles; rt += kStateMmaWarps) {
-      if (rt >= row_tiles) continue;  // uniform over the warp
+    // Output tile t = (row tile t / kColTiles, column tile t % kColTiles), tiles dealt to the warps in turn.
 #pragma unroll
-      for (int ct = 0; ct < kColTiles; ++ct) {
+    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
+      const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
+      if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
+      {
         m::Acc acc, odd;
         m::zero(acc);
         m::zero(odd);
@@ -268,16 +284,16 @@ __global__ void __launch_bounds__(kStateMmaWarps * kWarpSize, state_mma_min_bloc
     auto add_kg_vnew = [&](int tiles) {
 #pragma unroll
       for (int j = 0; j < kTilesPerWarp; ++j) {
-        const int tile = warp + j * kStateMmaWarps;
+        const int tile = tile0 + j;
         if (tile >= kStateTiles) continue;
 #pragma unroll
         for (int it = 0; it < kRowTiles; ++it) {
           if (it >= tiles) break;
           const m::FragA a = m::load_a_transposed(&kg_s[it * 16 * kLd + tile * 16], kLd, lane);
 #pragma unroll
-          for (int ct = 0; ct < kColTiles; ++ct) {
-            const m::FragB b = m::load_b(&uv_s[it * 16 * kLdV + ct * 16], kLdV, lane);
-            m::mma<E>(S[j][ct], a, b);
+          for (int c = 0; c < kColsPerWarp; ++c) {
+            const m::FragB b = m::load_b(&uv_s[it * 16 * kLdV + (ct0 + c) * 16], kLdV, lane);
+            m::mma<E>(S[j][c], a, b);
           }
         }
       }

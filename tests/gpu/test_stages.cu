@@ -205,8 +205,9 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return bytes;
   });
 
-  // v_tile 0 is the launcher's choice (32 columns at these sizes); the forced widths must give the same bytes.
-  auto run_state = [&](MetadataMode mode, int v_tile, bool check) {
+  // v_tile / warps 0 are the launcher's choice (32 columns, 8 warps at these sizes); every forced width and warp
+  // count must give the same bytes.
+  auto run_state = [&](MetadataMode mode, int v_tile, int warps, bool check) {
     auto m = device_metadata(p, BT, mode);
     const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
     DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2),
@@ -222,6 +223,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     a.h = ho.get();
     a.v_new = vno.get();
     a.v_tile = v_tile;
+    a.warps = warps;
     EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
     if (check) {
       expect_near(R.h, download_dtype(ho.get(), size_t(nt) * H * K * V, io), kRoundedStageBar, tag + "h");
@@ -235,14 +237,18 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     bytes.insert(bytes.end(), st.begin(), st.end());
     return bytes;
   };
-  for_both_modes(tag + "state_recurrence", [&](MetadataMode mode) { return run_state(mode, 0, true); });
-  if (K == 64 || K == 128) {  // the matrix-unit kernel's widths
-    const std::vector<uint8_t> chosen = run_state(MetadataMode::kHostBuilder, 0, false);
+  for_both_modes(tag + "state_recurrence", [&](MetadataMode mode) { return run_state(mode, 0, 0, true); });
+  if (K == 64 || K == 128) {  // the matrix-unit kernel's widths and warp counts
+    const std::vector<uint8_t> chosen = run_state(MetadataMode::kHostBuilder, 0, 0, false);
     for (int v_tile : {16, 32, 64}) {
       if (V % v_tile != 0) continue;
-      for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
-        EXPECT_EQ(chosen, run_state(mode, v_tile, false))
-            << tag << "state_recurrence v_tile " << v_tile << " " << mode_name(mode) << " differs from the chosen width";
+      for (int warps : {4, 8}) {
+        if (warps == 8 && v_tile < 32) continue;  // refused (StagesValidation)
+        for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+          EXPECT_EQ(chosen, run_state(mode, v_tile, warps, false))
+              << tag << "state_recurrence v_tile " << v_tile << ", " << warps << " warps, " << mode_name(mode)
+              << ": differs from the launcher's choice";
+        }
       }
     }
   }
@@ -310,7 +316,7 @@ TEST(StagesValidation, MisalignedIntermediatesAreRefused) {
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
-// A forced V-tile width the kernels do not have is refused before anything is enqueued.
+// A forced V-tile width or warp count the kernels do not have is refused before anything is enqueued.
 TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   ASSERT_TRUE(have_gpu());
   const ValidationBed bed;
@@ -323,6 +329,15 @@ TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   refused(48, 128, "a width with no kernel");
   refused(-16, 128, "a negative width");
   refused(32, 256, "a wide tile on the scalar kernel (K = 256)");
+  auto refused_warps = [&](int warps, int v_tile, const char* what) {
+    StateRecurrenceArgs a = bed.state_args();
+    a.warps = warps;
+    a.v_tile = v_tile;
+    expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "warps", what);
+  };
+  refused_warps(6, 0, "a warp count with no kernel");
+  refused_warps(-4, 0, "a negative warp count");
+  refused_warps(8, 16, "8 warps on a 16-column tile");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

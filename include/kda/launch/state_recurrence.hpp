@@ -31,6 +31,9 @@ struct StateRecurrenceArgs {
   // Columns of V per block: 0 = the launcher's choice (detail::state_v_tile); 16, 32 or 64 forces a width (tests,
   // tuning). Every width gives bit-identical results. K = 256 runs the scalar kernel, which takes only 16.
   int v_tile = 0;
+  // Warps per block of the matrix-unit kernel: 0 = the launcher's choice (detail::state_warps); 4 or 8 forces it
+  // (tests, tuning; 8 needs a V-tile of 32 or 64 columns). Every choice gives bit-identical results.
+  int warps = 0;
 };
 
 namespace detail {
@@ -71,32 +74,57 @@ inline int state_v_tile(const StateRecurrenceArgs& a) {
   return g.metadata.num_sequences * g.num_heads * (g.head_dim_v / 64) >= kStateWideTileMinBlocks ? 64 : 32;
 }
 
+// Fewest blocks at which 4 warps per block take over from 8 (H200, docs/performance.md): with fewer blocks than the
+// multiprocessors can hold, each block's serial chain of chunk steps is the cost, and 8 warps share a step.
+constexpr int64_t kStateWideWarpsMaxBlocks = 1024;
+
+// Warps per block the launcher runs: a forced a.warps, else 8 when the chosen width (32 or 64 columns) gives fewer
+// than kStateWideWarpsMaxBlocks blocks, else 4.
+inline int state_warps(const StateRecurrenceArgs& a) {
+  if (a.warps != 0) return a.warps;
+  const StageGeometry& g = a.geometry;
+  const int v_tile = state_v_tile(a);
+  if (v_tile < 32) return kernels::kStateMmaWarps;
+  const int64_t blocks = g.metadata.num_sequences * g.num_heads * (g.head_dim_v / v_tile);
+  return blocks < kStateWideWarpsMaxBlocks ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
+}
+
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
-  if (a.v_tile == 0) return Status();
-  KDA_REQUIRE(a.v_tile == 16 || a.v_tile == 32 || a.v_tile == 64, "v_tile: must be 0, 16, 32 or 64");
-  KDA_REQUIRE(a.v_tile == 16 || g.head_dim_k == 64 || g.head_dim_k == 128, "v_tile: 32 and 64 need head_dim_k 64 or 128");
+  KDA_REQUIRE(a.warps == 0 || a.warps == 4 || a.warps == 8, "warps: must be 0, 4 or 8");
+  if (a.v_tile != 0) {
+    KDA_REQUIRE(a.v_tile == 16 || a.v_tile == 32 || a.v_tile == 64, "v_tile: must be 0, 16, 32 or 64");
+    KDA_REQUIRE(a.v_tile == 16 || g.head_dim_k == 64 || g.head_dim_k == 128,
+                "v_tile: 32 and 64 need head_dim_k 64 or 128");
+  }
+  KDA_REQUIRE(a.warps != 8 || state_v_tile(a) >= 32, "warps: 8 needs a V-tile of 32 or 64 columns");
   return Status();
 }
 
-template <typename E, int BT, int K, int TileV>
+template <typename E, int BT, int K, int TileV, int Warps>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV>;
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps>;
   constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV>();
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
   const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
-  kKernel<<<static_cast<unsigned>(blocks), kernels::kStateMmaWarps * kWarpSize, kShared, stream>>>(p);
+  kKernel<<<static_cast<unsigned>(blocks), Warps * kWarpSize, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
 }
 
 template <typename E, int BT, int K>
-inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int64_t sequences_heads,
-                               hipStream_t stream) {
+inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps,
+                               int64_t sequences_heads, hipStream_t stream) {
+  constexpr int kWide = kernels::kStateMmaWideWarps, kNarrow = kernels::kStateMmaWarps;
+  const bool wide = warps == kWide;
   switch (v_tile) {
-    case 64: return launch_state_mma<E, BT, K, 64>(p, sequences_heads, stream);
-    case 32: return launch_state_mma<E, BT, K, 32>(p, sequences_heads, stream);
-    default: return launch_state_mma<E, BT, K, 16>(p, sequences_heads, stream);
+    case 64:
+      return wide ? launch_state_mma<E, BT, K, 64, kWide>(p, sequences_heads, stream)
+                  : launch_state_mma<E, BT, K, 64, kNarrow>(p, sequences_heads, stream);
+    case 32:
+      return wide ? launch_state_mma<E, BT, K, 32, kWide>(p, sequences_heads, stream)
+                  : launch_state_mma<E, BT, K, 32, kNarrow>(p, sequences_heads, stream);
+    default: return launch_state_mma<E, BT, K, 16, kNarrow>(p, sequences_heads, stream);
   }
 }
 
@@ -126,9 +154,9 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    const int v_tile = state_v_tile(a);
-    if (g.head_dim_k == 64) return launch_state_mma<E, BT, 64>(p, v_tile, sequences_heads, stream);
-    if (g.head_dim_k == 128) return launch_state_mma<E, BT, 128>(p, v_tile, sequences_heads, stream);
+    const int v_tile = state_v_tile(a), warps = state_warps(a);
+    if (g.head_dim_k == 64) return launch_state_mma<E, BT, 64>(p, v_tile, warps, sequences_heads, stream);
+    if (g.head_dim_k == 128) return launch_state_mma<E, BT, 128>(p, v_tile, warps, sequences_heads, stream);
     const int64_t blocks = sequences_heads * (g.head_dim_v / kernels::kStateTileV);
     kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
