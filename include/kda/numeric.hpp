@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 #define KDA_HOST_DEVICE __host__ __device__
@@ -115,6 +116,25 @@ template <>
 KDA_HOST_DEVICE inline fp16_t from_float<fp16_t>(float f) { return fp16_t{float_to_fp16(f)}; }
 template <>
 KDA_HOST_DEVICE inline float from_float<float>(float f) { return f; }
+
+// x0 and x1 rounded to T (bf16_t or fp16_t) and packed as the low and high 16-bit halves of one word. In NVIDIA
+// device code that is one cvt.rn ...x2 instruction (its first source goes to the high half), elsewhere two
+// from_float; the bits are the same (tests/gpu/test_mma.cu sweeps them against each other).
+template <typename T>
+KDA_HOST_DEVICE inline uint32_t pack2(float x0, float x1) {
+  static_assert(sizeof(T) == 2, "a 16-bit type");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+  }
+  return r;
+#else
+  return uint32_t(from_float<T>(x0).bits) | (uint32_t(from_float<T>(x1).bits) << 16);
+#endif
+}
 
 // Rounds an fp32 value to the precision of T and back: the value a T-typed store would later load as.
 template <typename T>

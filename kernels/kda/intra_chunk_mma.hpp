@@ -47,8 +47,6 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows read as
                                                // float4 hit disjoint banks
   // Factor tiles are 16 channels wide, stored as m::swizzled16 (unpadded rows, conflict-free fragment loads).
-  constexpr int kGroups = kThreads / kSlice;   // threads sharing one channel of a slice (factor loops)
-  static_assert(kThreads % kSlice == 0 && 8 % kGroups == 0, "whole channel groups, whole rows");
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
   constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
@@ -95,7 +93,6 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   auto lqr_lo = [&](int b) { return rows(b * kRowsPerBlock + 96); };
   auto r_hi = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1)); };
   auto r_lo = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1) + kRRows); };
-  auto at = [](int row, int col) { return m::swizzled16(row, col); };
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     const float raw = i < chunk.length ? detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0) : 0.0f;
     beta_s[i] = i < chunk.length ? detail::activate_beta(raw, p.beta_activation) : 0.0f;
@@ -120,10 +117,13 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
-  auto split = [](float x, uint16_t* hi, uint16_t* lo) {
-    const E h16 = numeric::from_float<E>(x);
-    *hi = h16.bits;
-    *lo = numeric::from_float<E>(x - numeric::to_float(h16)).bits;
+  // Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs: one packed rounding for both his, one
+  // for both los, and one 32-bit store into each tile.
+  auto split2 = [&](float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
+    const uint32_t hi = numeric::pack2<E>(x0, x1);
+    const float h0 = numeric::to_float(E{uint16_t(hi & 0xffffu)}), h1 = numeric::to_float(E{uint16_t(hi >> 16)});
+    *reinterpret_cast<uint32_t*>(&hi_tile[m::swizzled16(row, d)]) = hi;
+    *reinterpret_cast<uint32_t*>(&lo_tile[m::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
   };
 
   // Exact triangle pairs: thread slot x holds task tid + x * kThreads = (triangle, pair), pair = i (i + 1) / 2 + j,
@@ -192,42 +192,50 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     store_slice(next);
     if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
     __syncthreads();
-    // Factors. Thread t owns channel d = t % kSlice and rows t / kSlice + kGroups * n of every row block, so the
-    // loops have fixed trip counts and each thread reads its reference-row gates once.
+    // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and row t / 8 (+ 16 n) of every row block, so
+    // the loops have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two
+    // channels wide. Rows past the chunk get zero factors (never exp2 of garbage).
     {
-      const int d = threadIdx.x % kSlice, grp = threadIdx.x / kSlice;
+      constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
+      static_assert(kRowGroups == 16, "one L row per thread and block; warps 0-1 take L', warps 2-3 R'");
+      const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow;
+      auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
+      auto decay2 = [](float2 from, float2 to) {  // exp2(from - to) per channel
+        return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
+      };
 #pragma unroll 1
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;
         if (ref >= chunk.length) continue;  // uniform: the block has no rows
-        const float g_ref = g_s[ref * kLdS + d];
-        // L of block b: rows past the chunk get zero factors (never exp2 of garbage).
-#pragma unroll
-        for (int n = 0; n < 16 / kGroups; ++n) {
-          const int i = grp + n * kGroups, row = ref + i;
-          const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_ref) : 0.0f;
-          split(q_s[row * kLdS + d] * decay, &lq_hi(b)[at(i, d)], &lq_lo(b)[at(i, d)]);
-          split(k_s[row * kLdS + d] * decay, &lk_hi(b)[at(i, d)], &lk_lo(b)[at(i, d)]);
+        const float2 g_ref = ld2(g_s, ref);
+        {  // L of block b: row ref + grp against the reference row
+          const int row = ref + grp;
+          const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
+          const float2 q = ld2(q_s, row), k = ld2(k_s, row);
+          split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
+          split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
         }
-        // The diagonal quarter's L' (rows mid..) and R' (rows ref..mid-1) against the middle row mid.
+        // The diagonal quarter against the middle row mid: L' (rows mid + i) from warps 0-1, R' (rows ref + i) from
+        // warps 2-3.
         const int mid = ref + 8;
         if (mid < chunk.length) {  // uniform; otherwise the quarter has no rows
-          const float g_mid = g_s[mid * kLdS + d];
-#pragma unroll
-          for (int n = 0; n < 8 / kGroups; ++n) {
-            const int i = grp + n * kGroups, row = mid + i, col = ref + i;
-            const float decay = row < chunk.length ? detail::decay_exp2(g_s[row * kLdS + d] - g_mid) : 0.0f;
-            split(k_s[row * kLdS + d] * decay, &lqr_hi(b)[at(i, d)], &lqr_lo(b)[at(i, d)]);
-            split(q_s[row * kLdS + d] * decay, &lqr_hi(b)[at(8 + i, d)], &lqr_lo(b)[at(8 + i, d)]);
-            split(k_s[col * kLdS + d] * detail::decay_exp2(g_mid - g_s[col * kLdS + d]), &rq_hi(b)[at(i, d)],
-                  &rq_lo(b)[at(i, d)]);
+          const float2 g_mid = ld2(g_s, mid);
+          if (grp < 8) {
+            const int row = mid + grp;
+            const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
+            const float2 q = ld2(q_s, row), k = ld2(k_s, row);
+            split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), grp, d);
+            split2(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + grp, d);
+          } else {
+            const int col = ref + grp - 8;
+            const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
+            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), grp - 8, d);
           }
         }
         // R of block b: the rows before it, against its reference row.
-        for (int n = 0; n < ref / kGroups; ++n) {
-          const int j = grp + n * kGroups;
-          split(k_s[j * kLdS + d] * detail::decay_exp2(g_ref - g_s[j * kLdS + d]), &r_hi(b)[at(j, d)],
-                &r_lo(b)[at(j, d)]);
+        for (int j = grp; j < ref; j += kRowGroups) {
+          const float2 decay = decay2(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
+          split2(k.x * decay.x, k.y * decay.y, r_hi(b), r_lo(b), j, d);
         }
       }
     }
@@ -283,7 +291,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __syncthreads();
   float* akk_s = reinterpret_cast<float*>(smem);
   float* aqk_s = akk_s + BT * kLdO;
-  for (int e = threadIdx.x; e < 2 * BT * kLdO; e += kThreads) akk_s[e] = 0.0f;
+  for (int e = threadIdx.x; e < 2 * BT * kLdO / 4; e += kThreads)
+    reinterpret_cast<float4*>(akk_s)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
@@ -313,14 +322,20 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     aqk_s[i * kLdO + j] = diag_qk[x];
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < chunk.length * BT; e += kThreads) {
-    const int i = e / BT, j = e % BT;
-    const int64_t t = chunk.start + i;
-    const bool in_chunk = j < chunk.length;
-    const float akk = in_chunk ? beta_s[i] * akk_s[i * kLdO + j] : 0.0f;
-    akk_s[i * kLdO + j] = akk;  // the Akk the solve_tril stage would read back
-    p.Akk[(t * p.num_heads + h) * BT + j] = akk;
-    p.Aqk[(t * p.num_heads + h) * BT + j] = in_chunk ? p.scale * aqk_s[i * kLdO + j] : 0.0f;
+  // Whole rows leave as 16-byte vectors: element e covers columns 4 (e % (BT / 4)) .. + 3 of row e / (BT / 4).
+  constexpr int kRowVecs = BT / 4;
+  auto masked = [&](float4 v, int j, float scale) {  // columns at or past the chunk's end are zero
+    return make_float4(j < chunk.length ? scale * v.x : 0.0f, j + 1 < chunk.length ? scale * v.y : 0.0f,
+                       j + 2 < chunk.length ? scale * v.z : 0.0f, j + 3 < chunk.length ? scale * v.w : 0.0f);
+  };
+  for (int e = threadIdx.x; e < chunk.length * kRowVecs; e += kThreads) {
+    const int i = e / kRowVecs, j = 4 * (e % kRowVecs);
+    const int64_t row = ((chunk.start + i) * p.num_heads + h) * BT;
+    const float4 akk = masked(*reinterpret_cast<const float4*>(&akk_s[i * kLdO + j]), j, beta_s[i]);
+    *reinterpret_cast<float4*>(&akk_s[i * kLdO + j]) = akk;  // the Akk the solve_tril stage would read back
+    *reinterpret_cast<float4*>(&p.Akk[row + j]) = akk;
+    *reinterpret_cast<float4*>(&p.Aqk[row + j]) = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j,
+                                                         p.scale);
   }
   if (p.Tinv == nullptr) return;  // uniform over the block
   // solve_tril fused: Akk is still in shared memory; Aqk's space holds the inverse. Rows past the chunk are zero in
@@ -328,9 +343,10 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __syncthreads();
   float* t_s = aqk_s;
   detail::tril_inverse<BT, kThreads>(akk_s, t_s, akk_s + 2 * BT * kLdO, kLdO, chunk.length);
-  for (int e = threadIdx.x; e < chunk.length * BT; e += kThreads) {
-    const int i = e / BT, j = e % BT;
-    p.Tinv[((chunk.start + i) * p.num_heads + h) * BT + j] = j < chunk.length ? t_s[i * kLdO + j] : 0.0f;
+  for (int e = threadIdx.x; e < chunk.length * kRowVecs; e += kThreads) {
+    const int i = e / kRowVecs, j = 4 * (e % kRowVecs);
+    *reinterpret_cast<float4*>(&p.Tinv[((chunk.start + i) * p.num_heads + h) * BT + j]) =
+        masked(*reinterpret_cast<const float4*>(&t_s[i * kLdO + j]), j, 1.0f);
   }
 }
 

@@ -4,16 +4,17 @@
 // state S [K,TileV] stays in the accumulator registers for the whole sequence: each warp owns an equal rectangle of
 // its 16x16 tiles (whole rows of tiles where there are enough). Per chunk:
 //   1. stage w, kg [BT,K] and the u tile [BT,TileV] in shared memory; write h = round(S) to shared memory, where it is
-//      the B operand of the next product, and from there to global in 16-byte rows;
+//      the B operand of the next product;
 //   2. v_new = u - w round(S): K/16 matrix-unit steps per 16x16 tile, written over u in shared memory;
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
-//      accumulators in place, then BT/16 steps add kg^T v_new.
+//      accumulators in place, then BT/16 steps add kg^T v_new;
+//   4. copy v_new and h to global memory in 16-byte rows while step 3's products are in flight.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
-// chain of chunks runs on one block per (head, V-tile), so with few blocks the multiprocessors idle and the step's
-// latency is the cost: 8 warps split that step in half. Staging w and kg is a large part of each chunk's step, so 32 columns beat 16
-// even for long single sequences (half the blocks); 64 pay where blocks are plentiful (many sequences). The launcher
-// chooses (detail::state_v_tile; measured widths in docs/performance.md). Short chunks (decodes, speculative batches,
+// chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
+// Staging w and kg is a large part of each chunk's step, so 32 columns beat 16 even for long single sequences (half
+// the blocks); 64 pay where blocks are plentiful (many sequences). The launcher chooses (detail::state_v_tile,
+// detail::state_warps; measured in docs/performance.md). Short chunks (decodes, speculative batches,
 // last chunks) skip the row tiles past their last token.
 #pragma once
 
@@ -22,8 +23,8 @@
 
 namespace kda::kernels {
 
-constexpr int kStateMmaWarps = 4;      // warps per block where blocks are plentiful
-constexpr int kStateMmaWideWarps = 8;  // ... and where they are few (the launcher chooses)
+constexpr int kStateMmaWarps = 4;      // warps per block of the 16-column tiles (and forced runs)
+constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
@@ -230,13 +231,6 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       }
     });
     __syncthreads();
-    // h = round(S) leaves in 16-byte rows, off the chain: nothing waits on these stores.
-    for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
-      const int d = e / kURowVecs, part = e % kURowVecs;
-      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
-          *reinterpret_cast<const uint4*>(&state_s[d * kLdV + part * 8]);
-    }
-
     // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
     //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
     //    counts. Row tiles past the chunk are never read (step 3 stops at the chunk's last row tile).
@@ -268,11 +262,6 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       }
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
-      const int i = e / kURowVecs, part = e % kURowVecs;
-      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
-          *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
-    }
 
     // 3. S = exp2(G_last) S + kg^T v_new, over the chunk's row tiles only (a short chunk, e.g. a decode or a
     //    speculative batch's 8 tokens, skips the tiles that would add zeros). A full chunk takes the loop with a
@@ -302,6 +291,20 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       add_kg_vnew(kRowTiles);
     } else {
       add_kg_vnew(row_tiles);
+    }
+
+    // 4. v_new and h = round(S) leave in 16-byte rows. Nothing on the chain waits on these copies, so they come after
+    //    the update's products are issued and run while those are in flight; the next chunk overwrites uv_s and
+    //    state_s only after its first barrier.
+    for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
+      const int i = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
+    }
+    for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
+      const int d = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&state_s[d * kLdV + part * 8]);
     }
   }
 

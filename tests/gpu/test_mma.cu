@@ -212,14 +212,26 @@ TEST(MatrixUnit, Fp16FormsMatchScalarProduct) {
 }
 
 // counts[0] / counts[1]: bf16 / fp16 results that differ from the portable rounding (NaN inputs: that are not NaN);
-// counts[2]: values checked; first[0..1]: the first input bits that differed.
+// counts[2]: values checked; counts[3] / counts[4]: bf16 / fp16 pack2 words (this value low, a scrambled partner
+// high) that differ from the two single roundings; first[0..3]: the first input bits that differed.
 __global__ void rounding_sweep_kernel(unsigned long long* counts, unsigned int* first) {
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
-  unsigned long long bad_bf16 = 0, bad_fp16 = 0, seen = 0;
+  unsigned long long bad_bf16 = 0, bad_fp16 = 0, seen = 0, bad_pack_bf16 = 0, bad_pack_fp16 = 0;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32); i += stride) {
     const uint32_t bits = static_cast<uint32_t>(i);
     const float f = numeric::bits_float(bits);
     const uint16_t b = numeric::float_to_bf16(f), h = numeric::float_to_fp16(f);
+    const float partner = numeric::bits_float(bits * 2654435761u + 0x9e3779b9u);
+    if (numeric::pack2<bf16_t>(f, partner) !=
+        (uint32_t(b) | (uint32_t(numeric::float_to_bf16(partner)) << 16))) {
+      ++bad_pack_bf16;
+      atomicCAS(&first[2], 0u, bits);
+    }
+    if (numeric::pack2<fp16_t>(f, partner) !=
+        (uint32_t(h) | (uint32_t(numeric::float_to_fp16(partner)) << 16))) {
+      ++bad_pack_fp16;
+      atomicCAS(&first[3], 0u, bits);
+    }
     bool ok_b, ok_h;
     if (f != f) {
       ok_b = (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0;
@@ -241,23 +253,27 @@ __global__ void rounding_sweep_kernel(unsigned long long* counts, unsigned int* 
   atomicAdd(&counts[0], bad_bf16);
   atomicAdd(&counts[1], bad_fp16);
   atomicAdd(&counts[2], seen);
+  atomicAdd(&counts[3], bad_pack_bf16);
+  atomicAdd(&counts[4], bad_pack_fp16);
 }
 
 TEST(DeviceNumeric, RoundingMatchesPortableFormOnEveryFloat) {
   ASSERT_TRUE(have_gpu());
-  DeviceBuffer counts(3 * sizeof(unsigned long long)), first(2 * sizeof(unsigned int));
-  const std::vector<uint8_t> zeros(24, 0);
-  ASSERT_EQ(hipMemcpy(counts.get(), zeros.data(), 24, hipMemcpyHostToDevice), hipSuccess);
-  ASSERT_EQ(hipMemcpy(first.get(), zeros.data(), 8, hipMemcpyHostToDevice), hipSuccess);
+  DeviceBuffer counts(5 * sizeof(unsigned long long)), first(4 * sizeof(unsigned int));
+  const std::vector<uint8_t> zeros(40, 0);
+  ASSERT_EQ(hipMemcpy(counts.get(), zeros.data(), 40, hipMemcpyHostToDevice), hipSuccess);
+  ASSERT_EQ(hipMemcpy(first.get(), zeros.data(), 16, hipMemcpyHostToDevice), hipSuccess);
   rounding_sweep_kernel<<<1024, 256>>>(counts.as<unsigned long long>(), first.as<unsigned int>());
   ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
-  unsigned long long got[3];
-  unsigned int where[2];
+  unsigned long long got[5];
+  unsigned int where[4];
   ASSERT_EQ(hipMemcpy(got, counts.get(), sizeof got, hipMemcpyDeviceToHost), hipSuccess);
   ASSERT_EQ(hipMemcpy(where, first.get(), sizeof where, hipMemcpyDeviceToHost), hipSuccess);
   EXPECT_EQ(got[2], 1ull << 32);  // every pattern was visited
   EXPECT_EQ(got[0], 0ull) << "bf16: first differing input 0x" << std::hex << where[0];
   EXPECT_EQ(got[1], 0ull) << "fp16: first differing input 0x" << std::hex << where[1];
+  EXPECT_EQ(got[3], 0ull) << "pack2 bf16: first differing input 0x" << std::hex << where[2];
+  EXPECT_EQ(got[4], 0ull) << "pack2 fp16: first differing input 0x" << std::hex << where[3];
 }
 
 }  // namespace

@@ -74,19 +74,13 @@ inline int state_v_tile(const StateRecurrenceArgs& a) {
   return g.metadata.num_sequences * g.num_heads * (g.head_dim_v / 64) >= kStateWideTileMinBlocks ? 64 : 32;
 }
 
-// Fewest blocks at which 4 warps per block take over from 8 (H200, docs/performance.md): with fewer blocks than the
-// multiprocessors can hold, each block's serial chain of chunk steps is the cost, and 8 warps share a step.
-constexpr int64_t kStateWideWarpsMaxBlocks = 1024;
-
-// Warps per block the launcher runs: a forced a.warps, else 8 when the chosen width (32 or 64 columns) gives fewer
-// than kStateWideWarpsMaxBlocks blocks, else 4.
+// Warps per block the launcher runs: a forced a.warps, else 8 for the 32- and 64-column tiles and 4 for 16. Eight
+// warps won at both widths on every benchmark batch (H200, state stage alone, docs/performance.md): single8k 0.292
+// -> 0.249 ms at 32 columns, spec256x8 0.541 -> 0.476 and mixed64 0.294 -> 0.270 at 64. A long sequence's chain of
+// chunk steps runs on few blocks, and 8 warps share each step; many short sequences keep as many warps resident.
 inline int state_warps(const StateRecurrenceArgs& a) {
   if (a.warps != 0) return a.warps;
-  const StageGeometry& g = a.geometry;
-  const int v_tile = state_v_tile(a);
-  if (v_tile < 32) return kernels::kStateMmaWarps;
-  const int64_t blocks = g.metadata.num_sequences * g.num_heads * (g.head_dim_v / v_tile);
-  return blocks < kStateWideWarpsMaxBlocks ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
+  return state_v_tile(a) >= 32 ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
