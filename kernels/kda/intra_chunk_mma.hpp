@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     // channels wide. Rows past the chunk get zero factors (never exp2 of garbage).
     {
       constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
-      static_assert(kRowGroups == 16, "one L row per thread and block; warps 0-1 take L', warps 2-3 R'");
+      static_assert(kRowGroups == 16, "one L row per thread and block; warps 0-1 take R', warps 2-3 L'");
       const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow;
       auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
       auto decay2 = [](float2 from, float2 to) {  // exp2(from - to) per channel
@@ -215,21 +215,21 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
           split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
           split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
         }
-        // The diagonal quarter against the middle row mid: L' (rows mid + i) from warps 0-1, R' (rows ref + i) from
-        // warps 2-3.
+        // The diagonal quarter against the middle row mid: R' (rows ref + i) from warps 0-1, L' (rows mid + i, two
+        // factors per row) from warps 2-3, since warp 0 also holds the exact pairs' odd third slot.
         const int mid = ref + 8;
         if (mid < chunk.length) {  // uniform; otherwise the quarter has no rows
           const float2 g_mid = ld2(g_s, mid);
           if (grp < 8) {
-            const int row = mid + grp;
+            const int col = ref + grp;
+            const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
+            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), grp, d);
+          } else {
+            const int i = grp - 8, row = mid + i;
             const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
             const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-            split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), grp, d);
-            split2(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + grp, d);
-          } else {
-            const int col = ref + grp - 8;
-            const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), grp - 8, d);
+            split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);
+            split2(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + i, d);
           }
         }
         // R of block b: the rows before it, against its reference row.

@@ -8,7 +8,8 @@
 //   2. v_new = u - w round(S): K/16 matrix-unit steps per 16x16 tile, written over u in shared memory;
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
 //      accumulators in place, then BT/16 steps add kg^T v_new;
-//   4. copy v_new and h to global memory in 16-byte rows while step 3's products are in flight.
+//   4. copy v_new and h to global memory in 16-byte rows: as soon as each is in shared memory, or, for the
+//      32-column tiles (kLateCopies), behind step 3's products, whose latency they then overlap.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
@@ -55,6 +56,10 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
   constexpr int kColTiles = TileV / 16;
   constexpr int kStateTiles = K / 16;        // row tiles of S
   constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
+  // Where h and v_new leave (step 4). The launcher runs 32 columns where blocks are few, and there the copies behind
+  // the update measured faster (H200 state stage, single8k 0.249 -> 0.241 ms); 64 columns run where blocks are many,
+  // and there the early copies did (spec256x8 0.476 against 0.500, mixed64 0.270 against 0.282; docs/performance.md).
+  constexpr bool kLateCopies = TileV == 32;
   // This warp's rectangle of S: kTilesPerWarp row tiles x kColsPerWarp column tiles. Warps past the last tile (K 64
   // with 16 columns and 8 warps) own none.
   constexpr int kSTiles = kStateTiles * kColTiles;
@@ -206,6 +211,25 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
     return static_cast<int>(eos - chunk_start < BT ? eos - chunk_start : BT);
   };
 
+  // v_new and h = round(S) leave in 16-byte rows. Nothing on the chain waits on these copies; they read uv_s and
+  // state_s, which the next chunk overwrites only after its first barrier. Without kLateCopies each leaves as soon as
+  // it is in shared memory (h before the v_new product, v_new before the update); with it, both leave behind the
+  // update's products, whose latency they then overlap.
+  auto copy_v_new = [&](int64_t start, int length) {
+    for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
+      const int i = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
+    }
+  };
+  auto copy_h = [&](int64_t gid) {
+    for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
+      const int d = e / kURowVecs, part = e % kURowVecs;
+      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
+          *reinterpret_cast<const uint4*>(&state_s[d * kLdV + part * 8]);
+    }
+  };
+
   ChunkRegs next;
   if (num_chunks > 0) load_chunk(bos, chunk_length(0), next);
   for (int64_t c = 0; c < num_chunks; ++c) {
@@ -231,6 +255,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       }
     });
     __syncthreads();
+    if constexpr (!kLateCopies) copy_h(gid);
     // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
     //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
     //    counts. Row tiles past the chunk are never read (step 3 stops at the chunk's last row tile).
@@ -262,6 +287,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       }
     }
     __syncthreads();
+    if constexpr (!kLateCopies) copy_v_new(start, length);
 
     // 3. S = exp2(G_last) S + kg^T v_new, over the chunk's row tiles only (a short chunk, e.g. a decode or a
     //    speculative batch's 8 tokens, skips the tiles that would add zeros). A full chunk takes the loop with a
@@ -293,18 +319,10 @@ __global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV,
       add_kg_vnew(row_tiles);
     }
 
-    // 4. v_new and h = round(S) leave in 16-byte rows. Nothing on the chain waits on these copies, so they come after
-    //    the update's products are issued and run while those are in flight; the next chunk overwrites uv_s and
-    //    state_s only after its first barrier.
-    for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
-      const int i = e / kURowVecs, part = e % kURowVecs;
-      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
-          *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
-    }
-    for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
-      const int d = e / kURowVecs, part = e % kURowVecs;
-      *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
-          *reinterpret_cast<const uint4*>(&state_s[d * kLdV + part * 8]);
+    // 4. With kLateCopies, v_new and h leave here, while the update's products are in flight.
+    if constexpr (kLateCopies) {
+      copy_v_new(start, length);
+      copy_h(gid);
     }
   }
 
