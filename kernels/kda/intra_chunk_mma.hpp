@@ -192,13 +192,18 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     store_slice(next);
     if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
     __syncthreads();
-    // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and row t / 8 (+ 16 n) of every row block, so
-    // the loops have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two
-    // channels wide. Rows past the chunk get zero factors (never exp2 of garbage).
+    // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and one row group grp = t / 8, so the loops
+    // have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two channels
+    // wide. With 16 groups (NVIDIA: 128 threads) every group makes one L row and one row of the diagonal quarter per
+    // block; with 32 (AMD: 256 threads) groups 0-15 make the L rows and 16-31 the quarter. Rows past the chunk get
+    // zero factors (never exp2 of garbage).
     {
       constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
-      static_assert(kRowGroups == 16, "one L row per thread and block; warps 0-1 take R', warps 2-3 L'");
+      static_assert(kRowGroups == 16 || kRowGroups == 32, "whole L rows and quarter rows per group");
       const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow;
+      // This group's row of the quarter: R' rows 0-7, then L' rows 8-15 (warp 0, which also holds the exact pairs'
+      // odd third slot, gets the one-factor R' rows); negative: none.
+      const int quarter_row = grp - (kRowGroups - 16);
       auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
       auto decay2 = [](float2 from, float2 to) {  // exp2(from - to) per channel
         return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
@@ -208,24 +213,23 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
         const int ref = 16 * b;
         if (ref >= chunk.length) continue;  // uniform: the block has no rows
         const float2 g_ref = ld2(g_s, ref);
-        {  // L of block b: row ref + grp against the reference row
+        if (grp < 16) {  // L of block b: row ref + grp against the reference row
           const int row = ref + grp;
           const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
           const float2 q = ld2(q_s, row), k = ld2(k_s, row);
           split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
           split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
         }
-        // The diagonal quarter against the middle row mid: R' (rows ref + i) from warps 0-1, L' (rows mid + i, two
-        // factors per row) from warps 2-3, since warp 0 also holds the exact pairs' odd third slot.
+        // The diagonal quarter against the middle row mid: R' (rows ref + i) and L' (rows mid + i, k and q).
         const int mid = ref + 8;
-        if (mid < chunk.length) {  // uniform; otherwise the quarter has no rows
+        if (mid < chunk.length && quarter_row >= 0) {  // uniform over a warp
           const float2 g_mid = ld2(g_s, mid);
-          if (grp < 8) {
-            const int col = ref + grp;
+          if (quarter_row < 8) {
+            const int col = ref + quarter_row;
             const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), grp, d);
+            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), quarter_row, d);
           } else {
-            const int i = grp - 8, row = mid + i;
+            const int i = quarter_row - 8, row = mid + i;
             const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
             const float2 q = ld2(q_s, row), k = ld2(k_s, row);
             split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);

@@ -47,7 +47,7 @@ constexpr int state_mma_min_blocks() {
 }
 
 template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps>
-__global__ void __launch_bounds__(Warps * kWarpSize, state_mma_min_blocks<TileV, Warps>())
+__global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV, Warps>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = Warps * kWarpSize;
