@@ -1,8 +1,10 @@
 // Stage 6 on the matrix units: the same contract as chunk_output.hpp, for K, V in {64, 128}.
 //
 // One block of kOutputMmaWarps warps per (chunk, head); warp w owns row tile w of o across all V columns.
-// Phase 1: inter = qg h with qg = round(q exp2 G) built while staging, h staged in K-halves. Phase 2 (the same shared
-// memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. Phase 3: the rounded o tile
+// Phase 1: inter = qg h with qg = round(q exp2 G). The whole of the chunk's h [K,V] is copied to shared memory
+// asynchronously (copy16_async) before qg is computed, so its load latency overlaps that work (ncu: the kernel waited
+// on these loads, 55 % of its stall cycles, when h came in two halves each loaded and waited on). Phase 2 (the same
+// shared memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. Phase 3: the rounded o tile
 // is written out in 16-byte row segments. q and o are moved 16 bytes at a time, so they must be vector_aligned (the
 // launcher checks; otherwise it runs the scalar chunk_output_kernel).
 #pragma once
@@ -14,20 +16,30 @@ namespace kda::kernels {
 
 constexpr int kOutputMmaWarps = 4;
 
+// Shared memory of one block in 16-bit elements (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA):
+// phase 1 (qg + all of h), phase 2 (Aqk hi, lo + v_new) and phase 3 (the o tile) reuse one buffer.
+template <int BT, int K, int V>
+constexpr int chunk_output_mma_shared_elems() {
+  constexpr int kPhase1 = BT * (K + 8) + K * (V + 8);
+  constexpr int kPhase2 = 2 * BT * (BT + 8) + BT * (V + 8);
+  constexpr int kPhase3 = BT * (V + 8);
+  constexpr int kPhase12 = kPhase1 > kPhase2 ? kPhase1 : kPhase2;
+  return kPhase12 > kPhase3 ? kPhase12 : kPhase3;
+}
+template <int BT, int K, int V>
+constexpr size_t chunk_output_mma_shared_bytes() {
+  return sizeof(uint16_t) * chunk_output_mma_shared_elems<BT, K, V>();
+}
+
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_kernel(ChunkOutputParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = kOutputMmaWarps * kWarpSize;
   constexpr int kLdQ = K + 8, kLdV = V + 8, kLdA = BT + 8;
-  constexpr int kKHalf = K / 2;
-  constexpr int kPhase1 = BT * kLdQ + kKHalf * kLdV;   // qg + half of h
-  constexpr int kPhase2 = 2 * BT * kLdA + BT * kLdV;   // Aqk hi, lo + v_new
   static_assert(m::fragment_stride_ok(kLdQ) && m::fragment_stride_ok(kLdV) && m::fragment_stride_ok(kLdA),
                 "fragment rows must be 16-byte aligned");
-  constexpr int kPhase3 = BT * kLdV;                   // the o tile
-  constexpr int kPhase12 = kPhase1 > kPhase2 ? kPhase1 : kPhase2;
-  constexpr int kSmem = kPhase12 > kPhase3 ? kPhase12 : kPhase3;
-  __shared__ __align__(16) uint16_t smem[kSmem];
+  extern __shared__ __align__(16) uint16_t output_smem[];
+  uint16_t* smem = output_smem;
   uint16_t* qg_s = smem;
   uint16_t* h_s = smem + BT * kLdQ;
   uint16_t* a_hi = smem;
@@ -49,6 +61,12 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
   m::Acc acc[kColTiles];
 #pragma unroll
   for (int ct = 0; ct < kColTiles; ++ct) m::zero(acc[ct]);
+
+  // All of h [K,V] starts on its way to shared memory now; qg is built while it flies.
+  for (int e = threadIdx.x; e < K * (V / 8); e += kThreads) {
+    const int d = e / (V / 8), v = (e % (V / 8)) * 8;
+    detail::copy16_async(&h_s[d * kLdV + v], h_in + d * V + v);
+  }
 
   // qg = round(q exp2 G) in units of 8 columns (one 16-byte load of q, two of G), in groups whose loads are all
   // issued before any is used.
@@ -79,23 +97,15 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
         qg_s[i * kLdQ + d + c] = numeric::from_float<E>(q_in[x][c] * detail::decay_exp2(g_in[x][c])).bits;
     }
   }
+  detail::copy16_async_wait();
+  __syncthreads();  // qg and h are in shared memory
+  if (has_rows) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < kKHalf * (V / 8); e += kThreads) {
-      const int d = e / (V / 8), v = (e % (V / 8)) * 8;
-      *reinterpret_cast<uint4*>(&h_s[d * kLdV + v]) =
-          *reinterpret_cast<const uint4*>(h_in + (half * kKHalf + d) * V + v);
-    }
-    __syncthreads();
-    if (has_rows) {
+    for (int kt = 0; kt < K / 16; ++kt) {
+      const m::FragA a = m::load_a(&qg_s[rt * 16 * kLdQ + kt * 16], kLdQ, lane);
 #pragma unroll
-      for (int kt = 0; kt < kKHalf / 16; ++kt) {
-        const m::FragA a = m::load_a(&qg_s[rt * 16 * kLdQ + half * kKHalf + kt * 16], kLdQ, lane);
-#pragma unroll
-        for (int ct = 0; ct < kColTiles; ++ct) {
-          m::mma<E>(acc[ct], a, m::load_b(&h_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
-        }
+      for (int ct = 0; ct < kColTiles; ++ct) {
+        m::mma<E>(acc[ct], a, m::load_b(&h_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
       }
     }
   }

@@ -46,12 +46,18 @@ inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunk
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
+    Status opt_in;
     const bool mma = detail::vector_aligned(a.q) && detail::vector_aligned(a.o) &&
                      detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
-      kernels::chunk_output_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
-          <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kOutputMmaWarps * kWarpSize, 0, stream>>>(
-              p);
+      constexpr int K = decltype(k)::value, V = decltype(v)::value;
+      constexpr auto kKernel = kernels::chunk_output_mma_kernel<E, BT, K, V>;
+      constexpr size_t kShared = kernels::chunk_output_mma_shared_bytes<BT, K, V>();
+      opt_in = allow_dynamic_shared<kKernel>(kShared);
+      if (!opt_in.is_ok()) return;
+      kKernel<<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), kernels::kOutputMmaWarps * kWarpSize, kShared,
+                stream>>>(p);
     });
+    KDA_RETURN_IF_ERROR(opt_in);
     if (!mma) {
       kernels::chunk_output_kernel<E, BT>
           <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads, v_tiles), kernels::kOutputThreads, 0, stream>>>(p);

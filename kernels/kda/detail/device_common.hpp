@@ -29,6 +29,23 @@ __device__ inline uint4 load16(TensorView view, int64_t t, int h, int d) {
   return *reinterpret_cast<const uint4*>(base);
 }
 
+// 16 bytes from global to shared memory without passing through registers, so that the copy flies while the thread
+// goes on (NVIDIA sm_80+: cp.async.cg; elsewhere a plain load and store). copy16_async_wait() waits for all of this
+// thread's copies; a barrier after it makes them visible to the block. Both addresses 16-byte aligned.
+__device__ inline void copy16_async(void* shared_dst, const void* global_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+#else
+  *static_cast<uint4*>(shared_dst) = *static_cast<const uint4*>(global_src);
+#endif
+}
+__device__ inline void copy16_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // The 8 16-bit E values packed in raw, as floats.
 template <typename E>
 __device__ inline void unpack8(const uint4& raw, float out[8]) {
