@@ -196,17 +196,25 @@ __device__ inline FragB load_b_transposed(const uint16_t* tile, int ld, int lane
   return f;
 }
 
+// The swizzled16 form of gather: element e at coordinate(lane, e) = (row, col), stored at tile[swizzled16(row, col)]
+// or, when kTransposed, at tile[swizzled16(col, row)].
+template <int kCount, bool kTransposed>
+__device__ inline void gather_swizzled16(uint16_t (&out)[kCount], const uint16_t* tile, int lane,
+                                         Coord (*coordinate)(int, int)) {
+#pragma unroll
+  for (int e = 0; e < kCount; ++e) {
+    const Coord c = coordinate(lane, e);
+    out[e] = kTransposed ? tile[swizzled16(c.col, c.row)] : tile[swizzled16(c.row, c.col)];
+  }
+}
+
 // A tile with element (r, k) at tile[swizzled16(r, k)].
 __device__ inline FragA load_a_swizzled16(const uint16_t* tile, int lane) {
   FragA f;
 #if defined(__CUDACC__) && !defined(__HIP__)
   ldmatrix_x4<false>(f.x, tile + swizzled16(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)));
 #else
-#pragma unroll
-  for (int e = 0; e < kAPerLane; ++e) {
-    const Coord c = a_coord(lane, e);
-    f.x[e] = tile[swizzled16(c.row, c.col)];
-  }
+  gather_swizzled16<kAPerLane, false>(f.x, tile, lane, a_coord);
 #endif
   return f;
 }
@@ -216,11 +224,7 @@ __device__ inline FragB load_b_transposed_swizzled16(const uint16_t* tile, int l
 #if defined(__CUDACC__) && !defined(__HIP__)
   ldmatrix_x4<false>(f.x, tile + swizzled16(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2)));
 #else
-#pragma unroll
-  for (int e = 0; e < kBPerLane; ++e) {
-    const Coord c = b_coord(lane, e);
-    f.x[e] = tile[swizzled16(c.col, c.row)];
-  }
+  gather_swizzled16<kBPerLane, true>(f.x, tile, lane, b_coord);
 #endif
   return f;
 }
