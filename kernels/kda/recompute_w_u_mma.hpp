@@ -4,7 +4,8 @@
 // matrices (hi = round(Tinv), lo = round(Tinv - hi)), which keeps ~16 significant bits; the right-hand sides
 // round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u; the tiles
 // go through shared memory so that every global store is a 16-byte row segment. kg = round(k exp2(G_last - G)) is
-// produced while the keys are staged for pass 0, from the same loads.
+// produced while the keys are staged for pass 0, from the same loads. The chunk's v rows are copied to shared memory
+// asynchronously (copy16_async) when the block starts, so pass 1 finds them there instead of waiting on its loads.
 // k, v, w, u and kg are moved 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it
 // runs the scalar recompute_w_u_kernel).
 #pragma once
@@ -16,6 +17,14 @@ namespace kda::kernels {
 
 constexpr int kWuMmaWarps = 4;
 
+// Dynamic shared memory of one block (above 48 KiB it needs the launcher's opt-in on NVIDIA): Tinv hi and lo, the
+// right-hand side (then the rounded w or u tile) and the raw v rows, in 16-bit elements.
+template <int BT, int K, int V>
+constexpr size_t recompute_w_u_mma_shared_bytes() {
+  constexpr int kD = K > V ? K : V;
+  return sizeof(uint16_t) * (2 * BT * (BT + 8) + BT * (kD + 8) + BT * (V + 8));
+}
+
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_kernel(RecomputeWuParams p) {
   namespace m = detail::mma;
@@ -23,10 +32,14 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   constexpr int kLdT = BT + 8;
   constexpr int kD = K > V ? K : V;
   constexpr int kLdR = kD + 8;
-  static_assert(m::fragment_stride_ok(kLdT) && m::fragment_stride_ok(kLdR), "fragment rows must be 16-byte aligned");
-  __shared__ __align__(16) uint16_t t_hi[BT * kLdT];
-  __shared__ __align__(16) uint16_t t_lo[BT * kLdT];
-  __shared__ __align__(16) uint16_t rhs_s[BT * kLdR];
+  constexpr int kLdV = V + 8;
+  static_assert(m::fragment_stride_ok(kLdT) && m::fragment_stride_ok(kLdR) && m::fragment_stride_ok(kLdV),
+                "fragment rows must be 16-byte aligned");
+  extern __shared__ __align__(16) uint16_t wu_smem[];
+  uint16_t* t_hi = wu_smem;
+  uint16_t* t_lo = t_hi + BT * kLdT;
+  uint16_t* rhs_s = t_lo + BT * kLdT;
+  uint16_t* v_s = rhs_s + BT * kLdR;  // raw v rows of the chunk (zeros past it), read by pass 1
   __shared__ float beta_s[BT];
   __shared__ float glast_s[K];  // G of the chunk's last token
 
@@ -35,6 +48,18 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   const int h = blockIdx.y;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };  // (t, h) row index
+
+  // The v rows start on their way to shared memory first; pass 1 waits for them.
+  for (int u = threadIdx.x; u < BT * (V / 8); u += kThreads) {
+    const int j = u / (V / 8), d = (u % (V / 8)) * 8;
+    uint16_t* dst = &v_s[j * kLdV + d];
+    if (j < chunk.length) {
+      detail::copy16_async(dst, static_cast<const uint16_t*>(p.v.data) + (chunk.start + j) * p.v.token_stride +
+                                    int64_t(h) * p.v.head_stride + d);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
 
   // Tinv rows are contiguous fp32 [BT]: 16-byte loads, all issued before any use.
   constexpr int kTVecs = (BT * BT / 4 + kThreads - 1) / kThreads;
@@ -70,6 +95,7 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   for (int pass = 0; pass < 2; ++pass) {
     constexpr int kMaxTiles = kD / 16;
     const int dim = pass == 0 ? K : V;
+    if (pass == 1) detail::copy16_async_wait();  // this thread's v copies have landed; the barrier publishes them
     __syncthreads();  // Tinv / beta ready; the previous pass is done with rhs_s
     // Right-hand side rows in units of 8 columns (one 16-byte load of k or v, two of G), in groups whose loads are
     // all issued before any is used.
@@ -83,9 +109,11 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
       for (int x = 0; x < kGroup; ++x) {
         const int u = threadIdx.x + (x0 + x) * kThreads, j = u / (dim / 8), d = (u % (dim / 8)) * 8;
         const bool valid = u < units && j < chunk.length;
-        if (valid) {
-          detail::load8<E>(pass == 0 ? p.k : p.v, chunk.start + j, h, d, x_in[x]);
-          if (pass == 0) detail::load8(&p.G[row_of(j) * K + d], g_in[x]);
+        if (valid && pass == 0) {
+          detail::load8<E>(p.k, chunk.start + j, h, d, x_in[x]);
+          detail::load8(&p.G[row_of(j) * K + d], g_in[x]);
+        } else if (valid) {
+          detail::unpack8<E>(*reinterpret_cast<const uint4*>(&v_s[j * kLdV + d]), x_in[x]);
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {

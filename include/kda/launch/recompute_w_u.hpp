@@ -50,10 +50,16 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
     const dim3 grid = detail::chunk_grid(chunks.grid_chunks, g.num_heads);
     const bool vectorizable = detail::vector_aligned(a.k) && detail::vector_aligned(a.v) &&
                               detail::vector_aligned(a.w) && detail::vector_aligned(a.u) && detail::vector_aligned(a.kg);
+    Status opt_in;
     const bool mma = vectorizable && detail::dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
-      kernels::recompute_w_u_mma_kernel<E, BT, decltype(k)::value, decltype(v)::value>
-          <<<grid, kernels::kWuMmaWarps * kWarpSize, 0, stream>>>(p);
+      constexpr int K = decltype(k)::value, V = decltype(v)::value;
+      constexpr auto kKernel = kernels::recompute_w_u_mma_kernel<E, BT, K, V>;
+      constexpr size_t kShared = kernels::recompute_w_u_mma_shared_bytes<BT, K, V>();
+      opt_in = allow_dynamic_shared<kKernel>(kShared);
+      if (!opt_in.is_ok()) return;
+      kKernel<<<grid, kernels::kWuMmaWarps * kWarpSize, kShared, stream>>>(p);
     });
+    KDA_RETURN_IF_ERROR(opt_in);
     if (!mma) kernels::recompute_w_u_kernel<E, BT><<<grid, kernels::kWuThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();
