@@ -4,8 +4,8 @@
 // Phase 1: inter = qg h with qg = round(q exp2 G). The whole of the chunk's h [K,V] is copied to shared memory
 // asynchronously (copy16_async) before qg is computed, so its load latency overlaps that work (ncu: the kernel waited
 // on these loads, 55 % of its stall cycles, when h came in two halves each loaded and waited on). Phase 2 (the same
-// shared memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. Phase 3: the rounded o tile
-// is written out in 16-byte row segments. q and o are moved 16 bytes at a time, so they must be vector_aligned (the
+// shared memory reused): intra = Aqk v_new with Aqk (fp32) as a hi + lo pair of 16-bit matrices. Phase 3: the
+// rounded o tile is written out in 16-byte row segments. q and o are moved 16 bytes at a time, so they must be vector_aligned (the
 // launcher checks; otherwise it runs the scalar chunk_output_kernel).
 #pragma once
 

@@ -265,25 +265,23 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
       const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
-      {
-        m::Acc acc, odd;
-        m::zero(acc);
-        m::zero(odd);
+      m::Acc acc, odd;
+      m::zero(acc);
+      m::zero(odd);
 #pragma unroll
-        for (int kt = 0; kt < K / 32; ++kt) {
-          m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
-                               &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
-        }
+      for (int kt = 0; kt < K / 32; ++kt) {
+        m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
+                             &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
+      }
 #pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
+      for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
 #pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) {
-          const m::Coord cc = m::acc_coord(lane, e);
-          const int i = rt * 16 + cc.row;
-          uint16_t& cell = uv_s[i * kLdV + ct * 16 + cc.col];
-          const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
-          cell = i < length ? rounded.bits : uint16_t(0);
-        }
+      for (int e = 0; e < m::kAccPerLane; ++e) {
+        const m::Coord cc = m::acc_coord(lane, e);
+        const int i = rt * 16 + cc.row;
+        uint16_t& cell = uv_s[i * kLdV + ct * 16 + cc.col];
+        const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
+        cell = i < length ? rounded.bits : uint16_t(0);
       }
     }
     __syncthreads();
