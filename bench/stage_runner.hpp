@@ -18,6 +18,7 @@ inline const char* stage_name(StageKind s) {
   switch (s) {
     case StageKind::kL2Norm: return "l2norm";
     case StageKind::kGateCumsum: return "gate_cumsum";
+    case StageKind::kL2NormGate: return "l2norm_gate";
     case StageKind::kIntraChunk: return "intra_chunk";
     case StageKind::kSolveTril: return "solve_tril";
     case StageKind::kIntraSolve: return "intra_solve";
@@ -28,9 +29,9 @@ inline const char* stage_name(StageKind s) {
   return "?";
 }
 
-constexpr StageKind kAllStages[] = {StageKind::kL2Norm,          StageKind::kGateCumsum,  StageKind::kIntraChunk,
-                                    StageKind::kSolveTril,       StageKind::kIntraSolve,  StageKind::kRecomputeWu,
-                                    StageKind::kStateRecurrence, StageKind::kChunkOutput};
+constexpr StageKind kAllStages[] = {StageKind::kL2Norm,      StageKind::kGateCumsum,      StageKind::kL2NormGate,
+                                    StageKind::kIntraChunk,  StageKind::kSolveTril,       StageKind::kIntraSolve,
+                                    StageKind::kRecomputeWu, StageKind::kStateRecurrence, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -45,7 +46,14 @@ class StageRunner {
     intra_solve_ = s.intra;
     intra_ = s.intra;
     intra_.Tinv = nullptr;
-    solve_ = SolveTrilArgs{a.geometry, s.intra.Akk, s.intra.Tinv};
+    // chunk_kda_fwd keeps Akk on chip when it can (its workspace then has no Akk): the two stand-alone launchers
+    // write and read it in a buffer of their own.
+    if (intra_.Akk == nullptr) {
+      akk_status_ = akk_.allocate(size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
+                                  size_t(a.geometry.chunk_size) * sizeof(float));
+      intra_.Akk = static_cast<float*>(akk_.get());
+    }
+    solve_ = SolveTrilArgs{a.geometry, intra_.Akk, s.intra.Tinv};
     wu_ = s.wu;
     state_ = s.state;
     state_.v_tile = bench_options().state_v_tile;
@@ -60,9 +68,12 @@ class StageRunner {
 
   // One launcher call on `stream`.
   Status run(StageKind s, hipStream_t stream) const {
+    KDA_RETURN_IF_RUNTIME_ERROR(akk_status_);
     switch (s) {
       case StageKind::kL2Norm: return launch_qk_l2norm(l2norm_, stream);
       case StageKind::kGateCumsum: return launch_gate_cumsum(gate_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kL2NormGate:
+        return launch_qk_l2norm_gate_cumsum(l2norm_, gate_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraChunk: return launch_intra_chunk(intra_, meta_ws_, meta_bytes_, stream);
       case StageKind::kSolveTril: return launch_solve_tril(solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);
@@ -77,6 +88,8 @@ class StageRunner {
   QkL2NormArgs l2norm_;
   GateCumsumArgs gate_;
   IntraChunkArgs intra_;
+  DeviceBuffer akk_;  // Akk of the stand-alone intra_chunk and solve_tril stages, when chunk_kda_fwd's workspace has none
+  hipError_t akk_status_ = hipSuccess;
   SolveTrilArgs solve_;
   IntraChunkArgs intra_solve_;
   RecomputeWuArgs wu_;

@@ -28,10 +28,12 @@ struct FlopBreakdown {
 
 FlopBreakdown count_flops(const WorkShape& s);
 
-// kIntraSolve is the launch chunk_kda_fwd runs: intra_chunk with solve_tril fused in (Akk, Aqk and Tinv out).
+// kL2NormGate and kIntraSolve are launches chunk_kda_fwd runs: l2norm and gate_cumsum in one kernel; intra_chunk
+// with solve_tril fused in (Aqk and Tinv out, Akk kept on chip).
 enum class StageKind {
   kL2Norm,
   kGateCumsum,
+  kL2NormGate,
   kIntraChunk,
   kSolveTril,
   kIntraSolve,

@@ -5,8 +5,8 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Akk/Aqk with solve_tril fused in -> w/u/kg -> state
-// recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
+// Stages, in order: [q/k l2norm] -> gate + chunk cumsum (one launch with the l2norm) -> Aqk with solve_tril fused in
+// (Akk stays on chip) -> w/u/kg -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
 // or derived on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
 // bit-identical.
 //
@@ -20,6 +20,7 @@
 #include "kda/launch/gate_cumsum.hpp"
 #include "kda/launch/intra_chunk.hpp"
 #include "kda/launch/qk_l2norm.hpp"
+#include "kda/launch/qk_l2norm_gate_cumsum.hpp"
 #include "kda/launch/recompute_w_u.hpp"
 #include "kda/launch/solve_tril.hpp"
 #include "kda/launch/state_recurrence.hpp"
@@ -77,7 +78,9 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a)
   l.G = take(T * H * K * sizeof(float));
   l.q_norm = take(a.qk_l2norm ? T * H * K * E : 0);
   l.k_norm = take(a.qk_l2norm ? T * H * K * E : 0);
-  l.Akk = take(T * H * BT * sizeof(float));
+  // Akk lives only on chip when the intra-chunk launch fuses solve_tril, which it always does on the normalised
+  // (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's Akk.
+  l.Akk = take(a.qk_l2norm ? 0 : T * H * BT * sizeof(float));
   l.Aqk = take(T * H * BT * sizeof(float));
   l.Tinv = take(T * H * BT * sizeof(float));
   l.w = take(T * H * K * E);
@@ -162,6 +165,7 @@ inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const Stage
   s.gate = GateCumsumArgs{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
   s.intra = IntraChunkArgs{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale,
                            static_cast<float*>(at(l.Akk)), Aqk, Tinv};
+  if (intra_chunk_keeps_akk_on_chip(s.intra)) s.intra.Akk = nullptr;  // nothing downstream reads it
   s.wu = RecomputeWuArgs{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
                          contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};
   s.state = StateRecurrenceArgs{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
@@ -200,8 +204,11 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
                                              &chunks));
 
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace);
-  if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
-  KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
+  if (a.qk_l2norm) {
+    KDA_RETURN_IF_ERROR(detail::enqueue_qk_l2norm_gate_cumsum(s.l2norm, s.gate, chunks, stream));  // one launch
+  } else {
+    KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
+  }
   KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(s.intra, chunks, stream));  // Akk, Aqk and Tinv in one launch
   KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(s.wu, chunks, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));

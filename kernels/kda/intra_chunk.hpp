@@ -26,7 +26,7 @@ struct IntraChunkParams {
   const float* G = nullptr;  // [T,H,K] fp32
   float scale = 1.0f;
   int num_heads = 0, head_dim = 0;
-  float* Akk = nullptr;   // out [T,H,BT]
+  float* Akk = nullptr;   // out [T,H,BT]; may be null in the matrix-unit kernel when Tinv is set
   float* Aqk = nullptr;   // out [T,H,BT]
   float* Tinv = nullptr;  // optional out [T,H,BT]: (I + Akk)^-1, the solve_tril stage fused (matrix-unit kernel only)
 };

@@ -21,7 +21,8 @@
 // off-diagonal (tile, matrix) products in contiguous runs of kSlots per warp, and one diagonal quarter per warp.
 //
 // With p.Tinv set, the block goes on to invert I + Akk while Akk is still in shared memory (detail::tril_inverse, the
-// function the solve_tril stage runs), which saves the solve_tril launch and its round trip through memory.
+// function the solve_tril stage runs), which saves the solve_tril launch and its round trip through memory. Then
+// p.Akk may be null: chunk_kda_fwd reads only Tinv and Aqk, so Akk never leaves the chip.
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     const int64_t row = ((chunk.start + i) * p.num_heads + h) * BT;
     const float4 akk = masked(*reinterpret_cast<const float4*>(&akk_s[i * kLdO + j]), j, beta_s[i]);
     *reinterpret_cast<float4*>(&akk_s[i * kLdO + j]) = akk;  // the Akk the solve_tril stage would read back
-    *reinterpret_cast<float4*>(&p.Akk[row + j]) = akk;
+    if (p.Akk != nullptr) *reinterpret_cast<float4*>(&p.Akk[row + j]) = akk;  // null: only Tinv is wanted
     *reinterpret_cast<float4*>(&p.Aqk[row + j]) = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j,
                                                          p.scale);
   }

@@ -235,7 +235,7 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
       {"G", l.G, T * H * K * 4},
       {"q_norm", l.q_norm, a.qk_l2norm ? T * H * K * E : 0},
       {"k_norm", l.k_norm, a.qk_l2norm ? T * H * K * E : 0},
-      {"Akk", l.Akk, T * H * BT * 4},
+      {"Akk", l.Akk, a.qk_l2norm ? 0 : T * H * BT * 4},  // on chip when q, k are the normalised copies
       {"Aqk", l.Aqk, T * H * BT * 4},
       {"Tinv", l.Tinv, T * H * BT * 4},
       {"w", l.w, T * H * K * E},

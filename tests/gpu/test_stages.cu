@@ -144,6 +144,36 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return out.download_bytes();
   });
 
+  // The launch chunk_kda_fwd makes for the two stages above: the same bytes as the two stage launchers.
+  for_both_modes(tag + "qk_l2norm_gate_cumsum", [&](MetadataMode mode) {
+    auto m = device_metadata(p, BT, mode);
+    DeviceBuffer qo(T * H * K * 2), ko(T * H * K * 2), Go(T * H * K * 4), qs(T * H * K * 2), ks(T * H * K * 2),
+        Gs(T * H * K * 4);
+    auto args = [&](DeviceBuffer& q_out, DeviceBuffer& k_out, DeviceBuffer& G_out) {
+      return std::make_pair(
+          QkL2NormArgs{geometry(p, BT, *m), contiguous_view(static_cast<const void*>(q_raw.get()), p.H, p.K),
+                       contiguous_view(static_cast<const void*>(k_raw.get()), p.H, p.K),
+                       contiguous_view(q_out.get(), p.H, p.K), contiguous_view(k_out.get(), p.H, p.K)},
+          GateCumsumArgs{geometry(p, BT, *m), contiguous_view(static_cast<const void*>(g_raw.get()), p.H, p.K),
+                         ScalarType::kFloat32, p.gate, A_log.as<float>(), dt_bias.as<float>(), p.lower_bound,
+                         G_out.as<float>()});
+    };
+    const auto fused = args(qo, ko, Go), staged = args(qs, ks, Gs);
+    EXPECT_TRUE(launch_qk_l2norm_gate_cumsum(fused.first, fused.second, m->derive_ws.get(), m->derive_ws.bytes(),
+                                             nullptr)
+                    .is_ok());
+    EXPECT_TRUE(launch_qk_l2norm(staged.first, nullptr).is_ok());
+    EXPECT_TRUE(launch_gate_cumsum(staged.second, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+    std::vector<uint8_t> bytes = qo.download_bytes(), more = ko.download_bytes(), g_bytes = Go.download_bytes();
+    EXPECT_EQ(bytes, qs.download_bytes()) << tag << "fused l2norm q differs from launch_qk_l2norm";
+    EXPECT_EQ(more, ks.download_bytes()) << tag << "fused l2norm k differs from launch_qk_l2norm";
+    EXPECT_EQ(g_bytes, Gs.download_bytes()) << tag << "fused G differs from launch_gate_cumsum";
+    expect_near(R.G, download_floats(Go.get(), T * H * K), kFp32StageBar, tag + "fused G");
+    bytes.insert(bytes.end(), more.begin(), more.end());
+    bytes.insert(bytes.end(), g_bytes.begin(), g_bytes.end());
+    return bytes;
+  });
+
   for_both_modes(tag + "intra_chunk", [&](MetadataMode mode) {
     auto m = device_metadata(p, BT, mode);
     DeviceBuffer akk(T * H * BT * 4), aqk(T * H * BT * 4);
@@ -182,6 +212,14 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     expect_near(R.Tinv, download_floats(tinv.get(), T * H * BT), kFp32StageBar, tag + "fused Tinv");
     const std::vector<uint8_t> fused = tinv.download_bytes();
     EXPECT_EQ(fused, staged.download_bytes()) << tag << "fused Tinv differs from solve_tril on the same Akk";
+    // Without an Akk buffer (what chunk_kda_fwd passes): the same Aqk and Tinv bytes, and nothing else written.
+    DeviceBuffer aqk2(T * H * BT * 4), tinv2(T * H * BT * 4);
+    a.Akk = nullptr;
+    a.Aqk = aqk2.as<float>();
+    a.Tinv = tinv2.as<float>();
+    EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+    EXPECT_EQ(aqk2.download_bytes(), aqk.download_bytes()) << tag << "Aqk differs when Akk stays on chip";
+    EXPECT_EQ(tinv2.download_bytes(), fused) << tag << "Tinv differs when Akk stays on chip";
     std::vector<uint8_t> bytes = akk.download_bytes(), more = aqk.download_bytes();
     bytes.insert(bytes.end(), more.begin(), more.end());
     bytes.insert(bytes.end(), fused.begin(), fused.end());
@@ -313,6 +351,23 @@ TEST(StagesValidation, MisalignedIntermediatesAreRefused) {
   SolveTrilArgs so{geometry(bed.p, bed.BT, *bed.m), reinterpret_cast<const float*>(bed.slice(0)),
                    reinterpret_cast<float*>(bed.slice(1) + 4)};
   expect_refused(launch_solve_tril(so, nullptr, 0, nullptr), "not 16-byte aligned", "solve_tril Tinv");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
+// Akk may stay on chip only where the fused matrix-unit launch runs: Tinv asked for, q and k 16-byte aligned.
+TEST(StagesValidation, NullAkkIsRefusedWhereAkkMustBeWritten) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  const int K = bed.p.K, H = bed.p.H;
+  IntraChunkArgs a{geometry(bed.p, bed.BT, *bed.m), contiguous_view(static_cast<const void*>(bed.slice(0)), H, K),
+                   contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),
+                   TensorView{bed.slice(2), int64_t(H), 1}, ScalarType::kFloat32, BetaActivation::kSigmoid,
+                   reinterpret_cast<const float*>(bed.slice(3)), 0.0f, nullptr,
+                   reinterpret_cast<float*>(bed.slice(6)), nullptr};
+  expect_refused(launch_intra_chunk(a, nullptr, 0, nullptr), "Akk: null", "no Tinv asked for");
+  a.Tinv = reinterpret_cast<float*>(bed.slice(10));
+  a.q.data = bed.slice(0) + 2;  // no longer 16-byte aligned: the per-element kernel, which needs Akk in memory
+  expect_refused(launch_intra_chunk(a, nullptr, 0, nullptr), "Akk: null", "unaligned q");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

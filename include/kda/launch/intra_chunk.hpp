@@ -19,7 +19,8 @@ struct IntraChunkArgs {
   BetaActivation beta_activation = BetaActivation::kNone;
   const float* G = nullptr;          // [T,H,K] from gate_cumsum
   float scale = 0.0f;                // 0 = K^-0.5
-  float* Akk = nullptr;              // out [T,H,BT]
+  float* Akk = nullptr;              // out [T,H,BT]; may be null when Tinv is asked for and q, k are vector_aligned
+                                     // (the fused kernel then keeps Akk on chip: intra_chunk_keeps_akk_on_chip)
   float* Aqk = nullptr;              // out [T,H,BT]
   float* Tinv = nullptr;             // optional out [T,H,BT]: also run solve_tril (Tinv = (I + Akk)^-1), fused into
                                      // this launch where the matrix-unit kernel runs; must not alias Akk or Aqk
@@ -27,6 +28,11 @@ struct IntraChunkArgs {
 
 inline float effective_scale(float scale, int head_dim_k) {
   return scale != 0.0f ? scale : 1.0f / std::sqrt(float(head_dim_k));
+}
+
+// Whether these arguments run the matrix-unit kernel with solve_tril fused in, which needs no Akk in memory.
+inline bool intra_chunk_keeps_akk_on_chip(const IntraChunkArgs& a) {
+  return a.Tinv != nullptr && detail::vector_aligned(a.q) && detail::vector_aligned(a.k);
 }
 
 inline size_t intra_chunk_workspace_size(const IntraChunkArgs& a) {
@@ -82,8 +88,10 @@ inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_
   KDA_REQUIRE(detail::scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
   KDA_REQUIRE(detail::beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
   KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
-  const bool have_outputs = a.G != nullptr && a.Akk != nullptr && a.Aqk != nullptr;
-  KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Akk/Aqk: null");
+  const bool have_outputs = a.G != nullptr && a.Aqk != nullptr;
+  KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Aqk: null");
+  KDA_REQUIRE(a.Akk != nullptr || intra_chunk_keeps_akk_on_chip(a) || g.metadata.total_tokens == 0,
+              "Akk: null (allowed only with Tinv asked for and 16-byte-aligned q and k)");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Akk, a.Aqk, a.Tinv), "G/Akk/Aqk/Tinv: not 16-byte aligned");
   KDA_REQUIRE(a.Tinv == nullptr || (a.Tinv != a.Akk && a.Tinv != a.Aqk), "Tinv: must not alias Akk or Aqk");
   detail::ResolvedChunks chunks;
