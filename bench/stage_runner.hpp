@@ -22,6 +22,7 @@ inline const char* stage_name(StageKind s) {
     case StageKind::kIntraChunk: return "intra_chunk";
     case StageKind::kSolveTril: return "solve_tril";
     case StageKind::kIntraSolve: return "intra_solve";
+    case StageKind::kPrepare: return "prepare";
     case StageKind::kRecomputeWu: return "recompute_w_u";
     case StageKind::kStateRecurrence: return "state_recurrence";
     case StageKind::kChunkOutput: return "chunk_output";
@@ -29,9 +30,10 @@ inline const char* stage_name(StageKind s) {
   return "?";
 }
 
-constexpr StageKind kAllStages[] = {StageKind::kL2Norm,      StageKind::kGateCumsum,      StageKind::kL2NormGate,
-                                    StageKind::kIntraChunk,  StageKind::kSolveTril,       StageKind::kIntraSolve,
-                                    StageKind::kRecomputeWu, StageKind::kStateRecurrence, StageKind::kChunkOutput};
+constexpr StageKind kAllStages[] = {
+    StageKind::kL2Norm,      StageKind::kGateCumsum, StageKind::kL2NormGate,      StageKind::kIntraChunk,
+    StageKind::kSolveTril,   StageKind::kIntraSolve, StageKind::kRecomputeWu,     StageKind::kPrepare,
+    StageKind::kStateRecurrence, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -39,22 +41,35 @@ class StageRunner {
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
     // chunk_kda_fwd's own stage arguments (without its device status word: each launcher here resolves its tables
-    // itself); intra_solve is its fused launch, intra_chunk and solve_tril the two stage launchers on their own.
+    // itself). l2norm_gate and prepare are its launches; the other stages are the stage launchers on their own.
     const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
     l2norm_ = s.l2norm;
     gate_ = s.gate;
-    intra_solve_ = s.intra;
-    intra_ = s.intra;
-    intra_.Tinv = nullptr;
-    // chunk_kda_fwd keeps Akk on chip when it can (its workspace then has no Akk): the two stand-alone launchers
-    // write and read it in a buffer of their own.
-    if (intra_.Akk == nullptr) {
-      akk_status_ = akk_.allocate(size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
-                                  size_t(a.geometry.chunk_size) * sizeof(float));
-      intra_.Akk = static_cast<float*>(akk_.get());
+    intra_wu_ = s.intra;
+    wu_prepare_ = s.wu;
+    // chunk_kda_fwd keeps Akk and Tinv on chip when it can (its workspace then has no room for them): the
+    // stand-alone launchers pass them through buffers of their own.
+    const size_t a_bytes = size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
+                           size_t(a.geometry.chunk_size) * sizeof(float);
+    float* akk = s.intra.Akk;
+    if (akk == nullptr) {
+      scratch_ = runtime_status(akk_.allocate(a_bytes));
+      akk = static_cast<float*>(akk_.get());
     }
-    solve_ = SolveTrilArgs{a.geometry, intra_.Akk, s.intra.Tinv};
+    float* tinv = s.intra.Tinv;
+    if (tinv == nullptr && scratch_.is_ok()) {
+      scratch_ = runtime_status(tinv_.allocate(a_bytes));
+      tinv = static_cast<float*>(tinv_.get());
+    }
+    intra_ = s.intra;
+    intra_.Akk = akk;
+    intra_.Tinv = nullptr;
+    intra_solve_ = s.intra;
+    intra_solve_.Tinv = tinv;
+    intra_solve_.Akk = intra_chunk_keeps_akk_on_chip(intra_solve_) ? nullptr : akk;
+    solve_ = SolveTrilArgs{a.geometry, akk, tinv};
     wu_ = s.wu;
+    wu_.Tinv = tinv;
     state_ = s.state;
     state_.v_tile = bench_options().state_v_tile;
     state_.warps = bench_options().state_warps;
@@ -64,11 +79,16 @@ class StageRunner {
     // with the builder's tables). Every *_workspace_size() of these stages asks for exactly this.
     meta_ws_ = static_cast<char*>(p.workspace.get()) + detail::chunk_kda_workspace_layout(a).metadata;
     meta_bytes_ = gate_cumsum_workspace_size(gate_);
+    // recompute_w_u reads Tinv: a buffer of the runner's own starts with the values intra_solve leaves there.
+    if (scratch_.is_ok() && tinv_.get() != nullptr) {
+      scratch_ = launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, nullptr);
+      if (scratch_.is_ok()) scratch_ = runtime_status(hipDeviceSynchronize());
+    }
   }
 
   // One launcher call on `stream`.
   Status run(StageKind s, hipStream_t stream) const {
-    KDA_RETURN_IF_RUNTIME_ERROR(akk_status_);
+    if (!scratch_.is_ok()) return scratch_;
     switch (s) {
       case StageKind::kL2Norm: return launch_qk_l2norm(l2norm_, stream);
       case StageKind::kGateCumsum: return launch_gate_cumsum(gate_, meta_ws_, meta_bytes_, stream);
@@ -77,6 +97,7 @@ class StageRunner {
       case StageKind::kIntraChunk: return launch_intra_chunk(intra_, meta_ws_, meta_bytes_, stream);
       case StageKind::kSolveTril: return launch_solve_tril(solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kPrepare: return launch_chunk_prepare(intra_wu_, wu_prepare_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
       case StageKind::kChunkOutput: return launch_chunk_output(out_, meta_ws_, meta_bytes_, stream);
@@ -88,10 +109,12 @@ class StageRunner {
   QkL2NormArgs l2norm_;
   GateCumsumArgs gate_;
   IntraChunkArgs intra_;
-  DeviceBuffer akk_;  // Akk of the stand-alone intra_chunk and solve_tril stages, when chunk_kda_fwd's workspace has none
-  hipError_t akk_status_ = hipSuccess;
+  DeviceBuffer akk_, tinv_;  // Akk and Tinv of the stand-alone stages, when chunk_kda_fwd's workspace has none
+  Status scratch_;  // allocating or filling those buffers
   SolveTrilArgs solve_;
   IntraChunkArgs intra_solve_;
+  IntraChunkArgs intra_wu_;  // the prepare launch: exactly chunk_kda_fwd's arguments
+  RecomputeWuArgs wu_prepare_;
   RecomputeWuArgs wu_;
   StateRecurrenceArgs state_;
   ChunkOutputArgs out_;

@@ -54,6 +54,7 @@ double stage_flops(const WorkShape& s, StageKind stage) {
     case StageKind::kSolveTril: return f.solve;
     case StageKind::kIntraSolve: return f.akk + f.aqk + f.solve;
     case StageKind::kRecomputeWu: return f.w + f.u;
+    case StageKind::kPrepare: return f.akk + f.aqk + f.solve + f.w + f.u;
     case StageKind::kStateRecurrence: return f.v_new + f.state_update;
     case StageKind::kChunkOutput: return f.out_inter + f.out_intra;
   }
@@ -87,6 +88,8 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
     case StageKind::kIntraSolve: return 2 * tk_io + beta + tk_f32 + 2 * a_f32;  // q, k, beta, G -> Aqk, Tinv
     case StageKind::kRecomputeWu:                                               // k, v, beta, G, Tinv -> w, u, kg
       return tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
+    case StageKind::kPrepare:  // q, k, v, beta, G -> Aqk, w, u, kg
+      return 2 * tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
     case StageKind::kStateRecurrence:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
       return 2 * tk_io + tv_io + NT * H * K * 4 + state_f32 + h_io + tv_io + state_f32;
     case StageKind::kChunkOutput:  // q, G, h, Aqk, v_new -> o

@@ -5,8 +5,8 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Stages, in order: [q/k l2norm] -> gate + chunk cumsum (one launch with the l2norm) -> Aqk with solve_tril fused in
-// (Akk stays on chip) -> w/u/kg -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
+// Stages, in order: [q/k l2norm] -> gate + chunk cumsum (one launch with the l2norm) -> Aqk, Tinv (solve_tril) and
+// w/u/kg in one launch (Akk and Tinv stay on chip) -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
 // or derived on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
 // bit-identical.
 //
@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "kda/launch/chunk_output.hpp"
+#include "kda/launch/chunk_prepare.hpp"
 #include "kda/launch/gate_cumsum.hpp"
 #include "kda/launch/intra_chunk.hpp"
 #include "kda/launch/qk_l2norm.hpp"
@@ -56,7 +57,16 @@ namespace detail {
 struct ChunkKdaWorkspaceLayout {
   size_t status = 0, metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0, v_new = 0,
          h = 0, total = 0;
+  bool akk_in_memory = true, tinv_in_memory = true;  // false: the region is empty (the value stays on chip)
 };
+
+// Whether the sizes alone guarantee that chunk_kda_fwd's prepare launch (Aqk, Tinv, w, u, kg) runs fused, so that
+// Tinv never needs memory: q and k are then the normalised workspace copies (16-byte aligned), and the fused kernel
+// takes K and V in {64, 128} and any v.
+inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
+  const StageGeometry& g = a.geometry;
+  return a.qk_l2norm && (g.head_dim_k == 64 || g.head_dim_k == 128) && (g.head_dim_v == 64 || g.head_dim_v == 128);
+}
 
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a) {
   const StageGeometry& g = a.geometry;
@@ -79,10 +89,13 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a)
   l.q_norm = take(a.qk_l2norm ? T * H * K * E : 0);
   l.k_norm = take(a.qk_l2norm ? T * H * K * E : 0);
   // Akk lives only on chip when the intra-chunk launch fuses solve_tril, which it always does on the normalised
-  // (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's Akk.
-  l.Akk = take(a.qk_l2norm ? 0 : T * H * BT * sizeof(float));
+  // (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's Akk. Tinv
+  // lives only on chip when the prepare launch is fused (chunk_kda_prepare_fused_by_shape).
+  l.akk_in_memory = !a.qk_l2norm;
+  l.tinv_in_memory = !chunk_kda_prepare_fused_by_shape(a);
+  l.Akk = take(l.akk_in_memory ? T * H * BT * sizeof(float) : 0);
   l.Aqk = take(T * H * BT * sizeof(float));
-  l.Tinv = take(T * H * BT * sizeof(float));
+  l.Tinv = take(l.tinv_in_memory ? T * H * BT * sizeof(float) : 0);
   l.w = take(T * H * K * E);
   l.u = take(T * H * V * E);
   l.kg = take(T * H * K * E);
@@ -161,13 +174,14 @@ inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const Stage
   }
   float* G = static_cast<float*>(at(l.G));
   float* Aqk = static_cast<float*>(at(l.Aqk));
-  float* Tinv = static_cast<float*>(at(l.Tinv));
+  float* Akk = l.akk_in_memory ? static_cast<float*>(at(l.Akk)) : nullptr;
+  float* Tinv = l.tinv_in_memory ? static_cast<float*>(at(l.Tinv)) : nullptr;
   s.gate = GateCumsumArgs{g, a.g, a.g_type, a.gate, a.A_log, a.dt_bias, a.lower_bound, G};
-  s.intra = IntraChunkArgs{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale,
-                           static_cast<float*>(at(l.Akk)), Aqk, Tinv};
-  if (intra_chunk_keeps_akk_on_chip(s.intra)) s.intra.Akk = nullptr;  // nothing downstream reads it
+  s.intra = IntraChunkArgs{g, q, k, a.beta, a.beta_type, a.beta_activation, G, a.scale, Akk, Aqk, Tinv};
   s.wu = RecomputeWuArgs{g, k, a.v, a.beta, a.beta_type, a.beta_activation, G, Tinv,
                          contiguous_view(at(l.w), H, K), contiguous_view(at(l.u), H, V), contiguous_view(at(l.kg), H, K)};
+  // Nothing downstream reads Akk: it stays on chip wherever the launch that makes Tinv can keep it there.
+  if (chunk_prepare_fused(s.intra, s.wu) || intra_chunk_keeps_akk_on_chip(s.intra)) s.intra.Akk = nullptr;
   s.state = StateRecurrenceArgs{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
   s.output = ChunkOutputArgs{g, q, G, at(l.h), Aqk, at(l.v_new), a.scale, a.o};
   return s;
@@ -209,8 +223,9 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
   } else {
     KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
   }
-  KDA_RETURN_IF_ERROR(detail::enqueue_intra_chunk(s.intra, chunks, stream));  // Akk, Aqk and Tinv in one launch
-  KDA_RETURN_IF_ERROR(detail::enqueue_recompute_w_u(s.wu, chunks, stream));
+  // Aqk, w, u and kg in one launch (Akk and Tinv on chip), or intra + w/u through Tinv where it cannot be fused
+  // (the layout gives Akk and Tinv memory whenever that can happen; the fuzz target checks it for every shape).
+  KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
   return detail::enqueue_chunk_output(s.output, chunks, stream);
 }

@@ -38,50 +38,65 @@ constexpr int kIntraMmaWarps = 4;
 // docs/performance.md).
 constexpr int kIntraMmaMinBlocks = 5;
 
+// Shared memory of one block: during the K loop the fp32 q/k/G slice and the factor tiles, afterwards Akk and Aqk
+// (then Tinv) in fp32 rows of kLdO floats and tril_inverse's scratch. Kernels that run this stage declare
+// kWorkBytes and pass it in.
+template <int BT>
+struct IntraMmaLayout {
+  static constexpr int kBlocks = BT / 16;             // 16-row blocks
+  static constexpr int kSlice = 16;                   // channels per step
+  static constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows
+                                                      // read as float4 hit disjoint banks
+  static constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;  // off-diagonal 16x16 tiles
+  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), the
+  // quarter's R' (hi, lo; 8 rows each) and L' (hi, lo; 16 rows each: k rows over q rows). Then R of every block,
+  // all hi rows (16 b rows for block b) before all lo rows. R' comes before L' so that the 8 rows a 16-row fragment
+  // load reads past R' lo are real memory (their products are masked out).
+  static constexpr int kRowsPerBlock = 4 * 16 + 2 * 8 + 2 * 16;
+  static constexpr int kRRows = 16 * kTiles > 0 ? 16 * kTiles : 16;
+  static constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + 2 * kRRows) * 16;
+  static constexpr int kStageFloats = 3 * BT * kLdS;
+  static constexpr int kLdO = BT + 4;                 // fp32 output rows (16-byte aligned for tril_inverse)
+  static constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
+  static constexpr int kSliceBytes = kStageFloats * 4 + kFactorHalves * 2;
+  static constexpr int kWorkBytes = kSliceBytes > kOutFloats * 4 ? kSliceBytes : kOutFloats * 4;
+  static constexpr int kTinvOffsetFloats = BT * kLdO;  // where the block leaves Tinv (after Akk's rows)
+  static_assert((kStageFloats * 4) % 16 == 0 && kRowsPerBlock % 8 == 0 && kRRows % 8 == 0,
+                "fragment rows 16-byte aligned; swizzled tiles start at multiples of 8 rows");
+};
+
+// Columns at or past the chunk's end are zero; the others are scaled.
+__device__ inline float4 mask_columns(float4 v, int j, int length, float scale) {
+  return make_float4(j < length ? scale * v.x : 0.0f, j + 1 < length ? scale * v.y : 0.0f,
+                     j + 2 < length ? scale * v.z : 0.0f, j + 3 < length ? scale * v.w : 0.0f);
+}
+
+// The stage for one located (chunk, head) in a block of kIntraMmaWarps warps: writes Aqk (and Akk unless p.Akk is
+// null). With `invert`, it goes on to Tinv = (I + Akk)^-1 and leaves it in smem at kTinvOffsetFloats, fp32 rows of
+// kLdO, visible to the whole block. Only rows and columns below the chunk's length are meaningful there (the
+// tiles past it hold leftovers): read it through mask_columns, as the Tinv write does. smem holds
+// IntraMmaLayout<BT>::kWorkBytes; beta_s BT floats (left holding the activated betas).
 template <typename E, int BT>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
-    intra_chunk_mma_kernel(IntraChunkParams p) {
+__device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const detail::ChunkCoords& chunk, int h,
+                                             unsigned char* smem, float* beta_s, bool invert) {
   namespace m = detail::mma;
+  using L = IntraMmaLayout<BT>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
-  constexpr int kBlocks = BT / 16;             // 16-row blocks
-  constexpr int kSlice = 16;                   // channels per step
-  constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows read as
-                                               // float4 hit disjoint banks
-  // Factor tiles are 16 channels wide, stored as m::swizzled16 (unpadded rows, conflict-free fragment loads).
+  constexpr int kBlocks = L::kBlocks, kSlice = L::kSlice, kLdS = L::kLdS, kRowsPerBlock = L::kRowsPerBlock;
+  constexpr int kRRows = L::kRRows, kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
   constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
   constexpr int kPairsPerThread = (kPairs + kThreads - 1) / kThreads;
   // Off-diagonal products: (tile (a, b), b < a) x (Akk, Aqk), in runs of kSlots per warp.
-  constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;
   constexpr int kProducts = 2 * kTiles;
   constexpr int kSlots = kProducts > 0 ? (kProducts + kIntraMmaWarps - 1) / kIntraMmaWarps : 1;
   static_assert(kBlocks <= kIntraMmaWarps, "one diagonal quarter per warp");
-
-  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), the
-  // quarter's R' (hi, lo; 8 rows each) and L' (hi, lo; 16 rows each: k rows over q rows). Then R of every block,
-  // all hi rows (16 b rows for block b) before all lo rows. R' comes before L' so that the 8 rows a 16-row fragment
-  // load reads past R' lo are real memory (their products are masked out).
-  constexpr int kRowsPerBlock = 4 * 16 + 2 * 8 + 2 * 16;
-  constexpr int kRRows = 16 * kTiles > 0 ? 16 * kTiles : 16;
-  constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + 2 * kRRows) * 16;
-  constexpr int kStageFloats = 3 * BT * kLdS;
-  constexpr int kLdO = BT + 4;                 // fp32 output rows (16-byte aligned for tril_inverse)
-  constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
-  constexpr int kSliceBytes = kStageFloats * 4 + kFactorHalves * 2;
-  constexpr int kWorkBytes = kSliceBytes > kOutFloats * 4 ? kSliceBytes : kOutFloats * 4;
-  static_assert((kStageFloats * 4) % 16 == 0 && kRowsPerBlock % 8 == 0 && kRRows % 8 == 0,
-                "fragment rows 16-byte aligned; swizzled tiles start at multiples of 8 rows");
-  __shared__ __align__(16) unsigned char smem[kWorkBytes];
-  __shared__ float beta_s[BT];  // activated beta of each row
   float* q_s = reinterpret_cast<float*>(smem);
   float* k_s = q_s + BT * kLdS;
   float* g_s = k_s + BT * kLdS;
   uint16_t* factors = reinterpret_cast<uint16_t*>(smem + kStageFloats * 4);
 
-  detail::ChunkCoords chunk;
-  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
-  const int h = blockIdx.y;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   auto rows = [&](int row) { return factors + row * 16; };  // the factor tile starting at this row
   auto lq_hi = [&](int b) { return rows(b * kRowsPerBlock); };
@@ -329,10 +344,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __syncthreads();
   // Whole rows leave as 16-byte vectors: element e covers columns 4 (e % (BT / 4)) .. + 3 of row e / (BT / 4).
   constexpr int kRowVecs = BT / 4;
-  auto masked = [&](float4 v, int j, float scale) {  // columns at or past the chunk's end are zero
-    return make_float4(j < chunk.length ? scale * v.x : 0.0f, j + 1 < chunk.length ? scale * v.y : 0.0f,
-                       j + 2 < chunk.length ? scale * v.z : 0.0f, j + 3 < chunk.length ? scale * v.w : 0.0f);
-  };
+  auto masked = [&](float4 v, int j, float scale) { return mask_columns(v, j, chunk.length, scale); };
   for (int e = threadIdx.x; e < chunk.length * kRowVecs; e += kThreads) {
     const int i = e / kRowVecs, j = 4 * (e % kRowVecs);
     const int64_t row = ((chunk.start + i) * p.num_heads + h) * BT;
@@ -342,16 +354,31 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     *reinterpret_cast<float4*>(&p.Aqk[row + j]) = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j,
                                                          p.scale);
   }
-  if (p.Tinv == nullptr) return;  // uniform over the block
+  if (!invert) return;  // uniform over the block
   // solve_tril fused: Akk is still in shared memory; Aqk's space holds the inverse. Rows past the chunk are zero in
-  // Akk, so they invert to identity rows and are not written.
+  // Akk, so they invert to identity rows.
   __syncthreads();
-  float* t_s = aqk_s;
-  detail::tril_inverse<BT, kThreads>(akk_s, t_s, akk_s + 2 * BT * kLdO, kLdO, chunk.length);
-  for (int e = threadIdx.x; e < chunk.length * kRowVecs; e += kThreads) {
+  detail::tril_inverse<BT, kThreads>(akk_s, aqk_s, akk_s + 2 * BT * kLdO, kLdO, chunk.length);  // ends synced
+}
+
+template <typename E, int BT>
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+    intra_chunk_mma_kernel(IntraChunkParams p) {
+  using L = IntraMmaLayout<BT>;
+  __shared__ __align__(16) unsigned char smem[L::kWorkBytes];
+  __shared__ float beta_s[BT];  // activated beta of each row
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  intra_chunk_mma_block<E, BT>(p, chunk, h, smem, beta_s, p.Tinv != nullptr);
+  if (p.Tinv == nullptr) return;
+  // Rows past the chunk (identity rows of the inverse) are not written.
+  const float* t_s = reinterpret_cast<const float*>(smem) + L::kTinvOffsetFloats;
+  constexpr int kRowVecs = BT / 4;
+  for (int e = threadIdx.x; e < chunk.length * kRowVecs; e += kIntraMmaWarps * kWarpSize) {
     const int i = e / kRowVecs, j = 4 * (e % kRowVecs);
     *reinterpret_cast<float4*>(&p.Tinv[((chunk.start + i) * p.num_heads + h) * BT + j]) =
-        masked(*reinterpret_cast<const float4*>(&t_s[i * kLdO + j]), j, 1.0f);
+        mask_columns(*reinterpret_cast<const float4*>(&t_s[i * L::kLdO + j]), j, chunk.length, 1.0f);
   }
 }
 

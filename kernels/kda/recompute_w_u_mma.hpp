@@ -7,7 +7,8 @@
 // produced while the keys are staged for pass 0, from the same loads. The chunk's v rows are copied to shared memory
 // asynchronously (copy16_async) when the block starts, so pass 1 finds them there instead of waiting on its loads.
 // k, v, w, u and kg are moved 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it
-// runs the scalar recompute_w_u_kernel).
+// runs the scalar recompute_w_u_kernel). The block's work is recompute_w_u_mma_block, which the fused
+// chunk_prepare_mma_kernel runs too, with Tinv from its own shared memory.
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -17,66 +18,82 @@ namespace kda::kernels {
 
 constexpr int kWuMmaWarps = 4;
 
-// Dynamic shared memory of one block (above 48 KiB it needs the launcher's opt-in on NVIDIA): Tinv hi and lo, the
-// right-hand side (then the rounded w or u tile) and the raw v rows, in 16-bit elements.
+// Shared memory of one block, in 16-bit elements: Tinv hi and lo, the right-hand side (then the rounded w or u tile)
+// and, with kStageV, the raw v rows.
+template <int BT, int K, int V, bool kStageV>
+struct WuMmaLayout {
+  static constexpr int kLdT = BT + 8;
+  static constexpr int kD = K > V ? K : V;
+  static constexpr int kLdR = kD + 8;
+  static constexpr int kLdV = V + 8;
+  static constexpr int kTHi = 0, kTLo = BT * kLdT, kRhs = 2 * BT * kLdT, kV = kRhs + BT * kLdR;
+  static constexpr size_t kBytes = sizeof(uint16_t) * (kV + (kStageV ? BT * kLdV : 0));
+};
+
+// Dynamic shared memory of one recompute_w_u_mma_kernel block (above 48 KiB it needs the launcher's opt-in on
+// NVIDIA).
 template <int BT, int K, int V>
 constexpr size_t recompute_w_u_mma_shared_bytes() {
-  constexpr int kD = K > V ? K : V;
-  return sizeof(uint16_t) * (2 * BT * (BT + 8) + BT * (kD + 8) + BT * (V + 8));
+  return WuMmaLayout<BT, K, V, true>::kBytes;
 }
 
-template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_kernel(RecomputeWuParams p) {
+// The stage for one located (chunk, head) in a block of kWuMmaWarps warps. tinv_row4(i, j) gives Tinv[i, j .. j + 3]
+// for rows i below the chunk's length (16-byte aligned j); with kTinvShared it reads shared memory that this
+// block's own buffers may overlap, so every thread reads all of it before anything is written. kStageV: the v rows
+// go to shared memory by asynchronous copies when the block starts (v must then be vector_aligned); otherwise pass
+// 1 loads them, 16 bytes at a time when v_vector, else per element. kGroup: right-hand-side units whose loads are
+// issued together (fewer registers when smaller; the results are the same). With beta_ready, beta_s already holds
+// the activated betas of the chunk's rows (zeros past it).
+template <typename E, int BT, int K, int V, bool kStageV, bool kTinvShared, int kGroupMax, typename TinvRow4>
+__device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const detail::ChunkCoords& chunk, int h,
+                                               uint16_t* smem, float* beta_s, bool beta_ready, float* glast_s,
+                                               TinvRow4 tinv_row4, bool v_vector) {
   namespace m = detail::mma;
+  using L = WuMmaLayout<BT, K, V, kStageV>;
   constexpr int kThreads = kWuMmaWarps * kWarpSize;
-  constexpr int kLdT = BT + 8;
-  constexpr int kD = K > V ? K : V;
-  constexpr int kLdR = kD + 8;
-  constexpr int kLdV = V + 8;
+  constexpr int kLdT = L::kLdT, kD = L::kD, kLdR = L::kLdR, kLdV = L::kLdV;
   static_assert(m::fragment_stride_ok(kLdT) && m::fragment_stride_ok(kLdR) && m::fragment_stride_ok(kLdV),
                 "fragment rows must be 16-byte aligned");
-  extern __shared__ __align__(16) uint16_t wu_smem[];
-  uint16_t* t_hi = wu_smem;
-  uint16_t* t_lo = t_hi + BT * kLdT;
-  uint16_t* rhs_s = t_lo + BT * kLdT;
-  uint16_t* v_s = rhs_s + BT * kLdR;  // raw v rows of the chunk (zeros past it), read by pass 1
-  __shared__ float beta_s[BT];
-  __shared__ float glast_s[K];  // G of the chunk's last token
-
-  detail::ChunkCoords chunk;
-  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
-  const int h = blockIdx.y;
+  uint16_t* t_hi = smem + L::kTHi;
+  uint16_t* t_lo = smem + L::kTLo;
+  uint16_t* rhs_s = smem + L::kRhs;
+  uint16_t* v_s = smem + L::kV;  // kStageV: raw v rows of the chunk (zeros past it), read by pass 1
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   auto row_of = [&](int i) { return (chunk.start + i) * p.num_heads + h; };  // (t, h) row index
 
   // The v rows start on their way to shared memory first; pass 1 waits for them.
-  for (int u = threadIdx.x; u < BT * (V / 8); u += kThreads) {
-    const int j = u / (V / 8), d = (u % (V / 8)) * 8;
-    uint16_t* dst = &v_s[j * kLdV + d];
-    if (j < chunk.length) {
-      detail::copy16_async(dst, static_cast<const uint16_t*>(p.v.data) + (chunk.start + j) * p.v.token_stride +
-                                    int64_t(h) * p.v.head_stride + d);
-    } else {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  if constexpr (kStageV) {
+    for (int u = threadIdx.x; u < BT * (V / 8); u += kThreads) {
+      const int j = u / (V / 8), d = (u % (V / 8)) * 8;
+      uint16_t* dst = &v_s[j * kLdV + d];
+      if (j < chunk.length) {
+        detail::copy16_async(dst, static_cast<const uint16_t*>(p.v.data) + (chunk.start + j) * p.v.token_stride +
+                                      int64_t(h) * p.v.head_stride + d);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
     }
   }
 
-  // Tinv rows are contiguous fp32 [BT]: 16-byte loads, all issued before any use.
+  // Tinv rows, 16 bytes at a time, all issued before any use.
   constexpr int kTVecs = (BT * BT / 4 + kThreads - 1) / kThreads;
   float4 tv[kTVecs];
 #pragma unroll
   for (int x = 0; x < kTVecs; ++x) {
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
-    tv[x] = e < BT * BT / 4 && i < chunk.length ? *reinterpret_cast<const float4*>(&p.Tinv[row_of(i) * BT + j])
-                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    tv[x] = e < BT * BT / 4 && i < chunk.length ? tinv_row4(i, j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   // G of the last row and beta load while the Tinv loads are in flight.
   for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
-  for (int i = threadIdx.x; i < BT; i += kThreads) {
-    beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0),
-                                                          p.beta_activation)
-                                 : 0.0f;
+  if (!beta_ready) {
+    for (int i = threadIdx.x; i < BT; i += kThreads) {
+      beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i,
+                                                                               h, 0),
+                                                            p.beta_activation)
+                                   : 0.0f;
+    }
   }
+  if constexpr (kTinvShared) __syncthreads();  // every thread has read Tinv before t_hi / t_lo may overwrite it
 #pragma unroll
   for (int x = 0; x < kTVecs; ++x) {
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
@@ -95,13 +112,14 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
   for (int pass = 0; pass < 2; ++pass) {
     constexpr int kMaxTiles = kD / 16;
     const int dim = pass == 0 ? K : V;
-    if (pass == 1) detail::copy16_async_wait();  // this thread's v copies have landed; the barrier publishes them
+    if (kStageV && pass == 1) detail::copy16_async_wait();  // this thread's v copies have landed; the barrier
+                                                             // publishes them
     __syncthreads();  // Tinv / beta ready; the previous pass is done with rhs_s
     // Right-hand side rows in units of 8 columns (one 16-byte load of k or v, two of G), in groups whose loads are
     // all issued before any is used.
     constexpr int kUnitsMax = BT * kD / 8;
     constexpr int kPerThread = (kUnitsMax + kThreads - 1) / kThreads;
-    constexpr int kGroup = kPerThread < 4 ? kPerThread : 4;
+    constexpr int kGroup = kPerThread < kGroupMax ? kPerThread : kGroupMax;
     const int units = BT * dim / 8;
     for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
       float x_in[kGroup][8], g_in[kGroup][8];
@@ -112,8 +130,13 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
         if (valid && pass == 0) {
           detail::load8<E>(p.k, chunk.start + j, h, d, x_in[x]);
           detail::load8(&p.G[row_of(j) * K + d], g_in[x]);
-        } else if (valid) {
+        } else if (valid && kStageV) {
           detail::unpack8<E>(*reinterpret_cast<const uint4*>(&v_s[j * kLdV + d]), x_in[x]);
+        } else if (valid && v_vector) {
+          detail::load8<E>(p.v, chunk.start + j, h, d, x_in[x]);
+        } else if (valid) {
+#pragma unroll
+          for (int c = 0; c < 8; ++c) x_in[x][c] = detail::load_elem<E>(p.v, chunk.start + j, h, d + c);
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
@@ -178,6 +201,21 @@ __global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_ker
       detail::store16(out, chunk.start + i, h, d, *reinterpret_cast<const uint4*>(&rhs_s[i * kLdR + d]));
     }
   }
+}
+
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kWuMmaWarps * kWarpSize) recompute_w_u_mma_kernel(RecomputeWuParams p) {
+  extern __shared__ __align__(16) uint16_t wu_smem[];
+  __shared__ float beta_s[BT];
+  __shared__ float glast_s[K];  // G of the chunk's last token
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  auto tinv_row4 = [&](int i, int j) {  // Tinv rows are contiguous fp32 [BT]
+    return *reinterpret_cast<const float4*>(&p.Tinv[((chunk.start + i) * p.num_heads + h) * BT + j]);
+  };
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/true, /*kTinvShared=*/false, /*kGroupMax=*/4>(
+      p, chunk, h, wu_smem, beta_s, /*beta_ready=*/false, glast_s, tinv_row4, /*v_vector=*/true);
 }
 
 }  // namespace kda::kernels

@@ -237,13 +237,27 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
       {"k_norm", l.k_norm, a.qk_l2norm ? T * H * K * E : 0},
       {"Akk", l.Akk, a.qk_l2norm ? 0 : T * H * BT * 4},  // on chip when q, k are the normalised copies
       {"Aqk", l.Aqk, T * H * BT * 4},
-      {"Tinv", l.Tinv, T * H * BT * 4},
+      {"Tinv", l.Tinv, l.tinv_in_memory ? T * H * BT * 4 : 0},  // on chip when the prepare launch is fused
       {"w", l.w, T * H * K * E},
       {"u", l.u, T * H * V * E},
       {"kg", l.kg, T * H * K * E},
       {"v_new", l.v_new, T * H * V * E},
       {"h", l.h, grid * H * K * V * E},
   };
+  // Akk and Tinv may lack memory only where the launches are sure to keep them on chip.
+  KDA_FUZZ_CHECK(l.tinv_in_memory == !kda::detail::chunk_kda_prepare_fused_by_shape(a));
+  KDA_FUZZ_CHECK(l.akk_in_memory == !a.qk_l2norm);
+  if (!l.tinv_in_memory || !l.akk_in_memory) {
+    // Fake but 256-byte-aligned data pointers: only the views' alignment decides which launches run.
+    kda::ChunkKdaArgs b = a;
+    b.q.data = b.k.data = b.v.data = reinterpret_cast<const void*>(uintptr_t(1) << 20);
+    const kda::detail::ChunkKdaStageArgs s =
+        kda::detail::chunk_kda_stage_args(b, b.geometry, reinterpret_cast<void*>(uintptr_t(1) << 30));
+    const bool fused = kda::chunk_prepare_fused(s.intra, s.wu);
+    if (!l.tinv_in_memory) KDA_FUZZ_CHECK(fused);
+    if (!l.akk_in_memory) KDA_FUZZ_CHECK(fused || kda::intra_chunk_keeps_akk_on_chip(s.intra));
+    KDA_FUZZ_CHECK(s.intra.Akk == nullptr || l.akk_in_memory);
+  }
   for (const Region& r : regions) {
     KDA_FUZZ_CHECK(r.offset % kda::detail::kWorkspaceAlignment == 0);
     KDA_FUZZ_CHECK(i128(r.offset) + r.bytes <= i128(l.total));

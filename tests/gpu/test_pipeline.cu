@@ -170,12 +170,17 @@ std::vector<std::pair<const char*, std::pair<size_t, size_t>>> intermediate_rang
   const auto l = detail::chunk_kda_workspace_layout(dp.args);
   const auto& p = dp.problem;
   const size_t T = p.T, H = p.H, K = p.K, V = p.V, E = 2, BT = dp.options.chunk_size;
-  // Akk is in memory only where the intra-chunk launch cannot keep it on chip (unaligned, unnormalised q or k).
-  const bool akk_written =
-      detail::chunk_kda_stage_args(dp.args, dp.args.geometry, dp.workspace.get()).intra.Akk != nullptr;
+  // Akk and Tinv are in memory only where the launches cannot keep them on chip (the prepare launch not fused;
+  // then Akk only for unaligned, unnormalised q or k).
+  const auto s = detail::chunk_kda_stage_args(dp.args, dp.args.geometry, dp.workspace.get());
+  const bool akk_written = s.intra.Akk != nullptr, tinv_written = !chunk_prepare_fused(s.intra, s.wu);
   std::vector<std::pair<const char*, std::pair<size_t, size_t>>> r = {
-      {"G", {l.G, T * H * K * 4}},       {"Akk", {l.Akk, akk_written ? T * H * BT * 4 : 0}}, {"Aqk", {l.Aqk, T * H * BT * 4}},
-      {"Tinv", {l.Tinv, T * H * BT * 4}}, {"w", {l.w, T * H * K * E}},      {"u", {l.u, T * H * V * E}},
+      {"G", {l.G, T * H * K * 4}},
+      {"Akk", {l.Akk, akk_written ? T * H * BT * 4 : 0}},
+      {"Aqk", {l.Aqk, T * H * BT * 4}},
+      {"Tinv", {l.Tinv, tinv_written ? T * H * BT * 4 : 0}},
+      {"w", {l.w, T * H * K * E}},
+      {"u", {l.u, T * H * V * E}},
       {"kg", {l.kg, T * H * K * E}},      {"v_new", {l.v_new, T * H * V * E}},
       {"h", {l.h, size_t(dp.num_chunks) * H * K * V * E}}};
   if (p.qk_l2norm) {

@@ -226,6 +226,68 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return bytes;
   });
 
+  // The launch chunk_kda_fwd makes for intra_chunk + solve_tril + recompute_w_u (launch_chunk_prepare): Aqk, w, u
+  // and kg bit-identical to the two stage launchers with Tinv passed through memory, and the same bytes when v is
+  // not 16-byte aligned (the fused kernel then loads v per element). d256 runs the two stage launches instead.
+  for_both_modes(tag + "chunk_prepare", [&](MetadataMode mode) {
+    auto m = device_metadata(p, BT, mode);
+    const StageGeometry geo = geometry(p, BT, *m);
+    DeviceBuffer aqk(T * H * BT * 4), wo(T * H * K * 2), uo(T * H * V * 2), kgo(T * H * K * 2);
+    DeviceBuffer aqk_s(T * H * BT * 4), tinv_s(T * H * BT * 4), wo_s(T * H * K * 2), uo_s(T * H * V * 2),
+        kgo_s(T * H * K * 2);
+    auto intra_args = [&](DeviceBuffer& aqk_out, float* tinv_out) {
+      return IntraChunkArgs{geo, contiguous_view(static_cast<const void*>(qn.get()), p.H, p.K),
+                            contiguous_view(static_cast<const void*>(kn.get()), p.H, p.K), beta_view,
+                            ScalarType::kFloat32, p.beta_activation, G.as<float>(), p.scale, nullptr,
+                            aqk_out.as<float>(), tinv_out};
+    };
+    auto wu_args = [&](TensorView v_view, const float* tinv_in, DeviceBuffer& w_out, DeviceBuffer& u_out,
+                       DeviceBuffer& kg_out) {
+      return RecomputeWuArgs{geo, contiguous_view(static_cast<const void*>(kn.get()), p.H, p.K), v_view, beta_view,
+                             ScalarType::kFloat32, p.beta_activation, G.as<float>(), tinv_in,
+                             contiguous_view(w_out.get(), p.H, p.K), contiguous_view(u_out.get(), p.H, p.V),
+                             contiguous_view(kg_out.get(), p.H, p.K)};
+    };
+    const TensorView v_view = contiguous_view(static_cast<const void*>(v.get()), p.H, p.V);
+    const bool fused = chunk_prepare_fused(intra_args(aqk, nullptr), wu_args(v_view, nullptr, wo, uo, kgo));
+    EXPECT_EQ(fused, p.K <= 128 && p.V <= 128) << tag << "the fused kernel runs for K, V in {64, 128}";
+    // Fused where it can be: no Akk, no Tinv buffer; otherwise the two launches through a Tinv buffer.
+    DeviceBuffer tinv_own(T * H * BT * 4);
+    float* tinv_fused = fused ? nullptr : tinv_own.as<float>();
+    EXPECT_TRUE(launch_chunk_prepare(intra_args(aqk, tinv_fused), wu_args(v_view, tinv_fused, wo, uo, kgo),
+                                     m->derive_ws.get(), m->derive_ws.bytes(), nullptr)
+                    .is_ok());
+    EXPECT_TRUE(launch_intra_chunk(intra_args(aqk_s, tinv_s.as<float>()), m->derive_ws.get(), m->derive_ws.bytes(),
+                                   nullptr)
+                    .is_ok());
+    EXPECT_TRUE(launch_recompute_w_u(wu_args(v_view, tinv_s.as<float>(), wo_s, uo_s, kgo_s), m->derive_ws.get(),
+                                     m->derive_ws.bytes(), nullptr)
+                    .is_ok());
+    std::vector<uint8_t> bytes = aqk.download_bytes();
+    EXPECT_EQ(bytes, aqk_s.download_bytes()) << tag << "prepare Aqk differs from the stage launches";
+    const std::vector<uint8_t> w_bytes = wo.download_bytes(), u_bytes = uo.download_bytes(),
+                               kg_bytes = kgo.download_bytes();
+    EXPECT_EQ(w_bytes, wo_s.download_bytes()) << tag << "prepare w differs from the stage launches";
+    EXPECT_EQ(u_bytes, uo_s.download_bytes()) << tag << "prepare u differs from the stage launches";
+    EXPECT_EQ(kg_bytes, kgo_s.download_bytes()) << tag << "prepare kg differs from the stage launches";
+    expect_near(R.w, download_dtype(wo.get(), T * H * K, io), kRoundedStageBar, tag + "prepare w");
+    expect_near(R.u, download_dtype(uo.get(), T * H * V, io), kRoundedStageBar, tag + "prepare u");
+    if (fused) {  // v two bytes past a 16-byte boundary
+      DeviceBuffer v_odd(T * H * V * 2 + 16), uo_odd(T * H * V * 2);
+      char* v_at = static_cast<char*>(v_odd.get()) + 2;
+      EXPECT_EQ(hipMemcpy(v_at, v.get(), T * H * V * 2, hipMemcpyDeviceToDevice), hipSuccess);
+      const TensorView odd = contiguous_view(static_cast<const void*>(v_at), p.H, p.V);
+      EXPECT_TRUE(launch_chunk_prepare(intra_args(aqk, nullptr), wu_args(odd, nullptr, wo, uo_odd, kgo),
+                                       m->derive_ws.get(), m->derive_ws.bytes(), nullptr)
+                      .is_ok());
+      EXPECT_EQ(uo_odd.download_bytes(), u_bytes) << tag << "prepare u differs when v is not 16-byte aligned";
+    }
+    bytes.insert(bytes.end(), w_bytes.begin(), w_bytes.end());
+    bytes.insert(bytes.end(), u_bytes.begin(), u_bytes.end());
+    bytes.insert(bytes.end(), kg_bytes.begin(), kg_bytes.end());
+    return bytes;
+  });
+
   for_both_modes(tag + "recompute_w_u", [&](MetadataMode mode) {
     auto m = device_metadata(p, BT, mode);
     DeviceBuffer wo(T * H * K * 2), uo(T * H * V * 2), kgo(T * H * K * 2);

@@ -40,10 +40,8 @@ inline size_t intra_chunk_workspace_size(const IntraChunkArgs& a) {
 }
 
 namespace detail {
-// Enqueues the stage on already-resolved chunk tables; no validation (launch_intra_chunk and chunk_kda_fwd validate).
-inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+inline kernels::IntraChunkParams intra_chunk_params(const IntraChunkArgs& a, const ResolvedChunks& chunks) {
   const StageGeometry& g = a.geometry;
-  if (chunks.grid_chunks == 0) return Status();
   kernels::IntraChunkParams p;
   p.chunks = chunks.table;
   p.q = a.q;
@@ -57,6 +55,14 @@ inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks&
   p.head_dim = g.head_dim_k;
   p.Akk = a.Akk;
   p.Aqk = a.Aqk;
+  return p;
+}
+
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_intra_chunk and chunk_kda_fwd validate).
+inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  kernels::IntraChunkParams p = intra_chunk_params(a, chunks);
   // The matrix-unit kernel when q and k can be read 16 bytes at a time (it also inverts I + Akk when Tinv is asked
   // for); otherwise intra_chunk_kernel, the plain per-element form of the same contract, followed by solve_tril.
   const bool vectorizable = detail::vector_aligned(a.q) && detail::vector_aligned(a.k);
@@ -78,8 +84,9 @@ inline Status enqueue_intra_chunk(const IntraChunkArgs& a, const ResolvedChunks&
 }
 }  // namespace detail
 
-inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_t workspace_bytes,
-                                 hipStream_t stream) {
+namespace detail {
+// akk_optional: the caller runs the fused prepare kernel, which needs no Akk buffer.
+inline Status validate_intra_chunk(const IntraChunkArgs& a, bool akk_optional) {
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
@@ -90,10 +97,18 @@ inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_
   KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
   const bool have_outputs = a.G != nullptr && a.Aqk != nullptr;
   KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Aqk: null");
-  KDA_REQUIRE(a.Akk != nullptr || intra_chunk_keeps_akk_on_chip(a) || g.metadata.total_tokens == 0,
+  KDA_REQUIRE(a.Akk != nullptr || akk_optional || intra_chunk_keeps_akk_on_chip(a) || g.metadata.total_tokens == 0,
               "Akk: null (allowed only with Tinv asked for and 16-byte-aligned q and k)");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Akk, a.Aqk, a.Tinv), "G/Akk/Aqk/Tinv: not 16-byte aligned");
   KDA_REQUIRE(a.Tinv == nullptr || (a.Tinv != a.Akk && a.Tinv != a.Aqk), "Tinv: must not alias Akk or Aqk");
+  return Status();
+}
+}  // namespace detail
+
+inline Status launch_intra_chunk(const IntraChunkArgs& a, void* workspace, size_t workspace_bytes,
+                                 hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_intra_chunk(a, /*akk_optional=*/false));
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_intra_chunk(a, chunks, stream);

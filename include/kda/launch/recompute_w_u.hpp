@@ -23,10 +23,8 @@ inline size_t recompute_w_u_workspace_size(const RecomputeWuArgs& a) {
 }
 
 namespace detail {
-// Enqueues the stage on already-resolved chunk tables; no validation (launch_recompute_w_u and chunk_kda_fwd validate).
-inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+inline kernels::RecomputeWuParams recompute_w_u_params(const RecomputeWuArgs& a, const ResolvedChunks& chunks) {
   const StageGeometry& g = a.geometry;
-  if (chunks.grid_chunks == 0) return Status();
   kernels::RecomputeWuParams p;
   p.chunks = chunks.table;
   p.k = a.k;
@@ -42,6 +40,14 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
   p.w = a.w;
   p.u = a.u;
   p.kg = a.kg;
+  return p;
+}
+
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_recompute_w_u and chunk_kda_fwd validate).
+inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  const kernels::RecomputeWuParams p = recompute_w_u_params(a, chunks);
   // K, V in {64, 128} with 16-byte-aligned k, v, w, u and kg: the matrix-unit kernel; otherwise the scalar one (same
   // contract).
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
@@ -67,8 +73,9 @@ inline Status enqueue_recompute_w_u(const RecomputeWuArgs& a, const ResolvedChun
 }
 }  // namespace detail
 
-inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, size_t workspace_bytes,
-                                   hipStream_t stream) {
+namespace detail {
+// tinv_optional: the caller runs the fused prepare kernel, which makes Tinv on chip.
+inline Status validate_recompute_w_u(const RecomputeWuArgs& a, bool tinv_optional) {
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
@@ -79,8 +86,17 @@ inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, si
   KDA_REQUIRE(detail::view_ok(a.w, g, g.head_dim_k), "w: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.u, g, g.head_dim_v), "u: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.kg, g, g.head_dim_k), "kg: null or overlapping strides");
-  KDA_REQUIRE((a.G != nullptr && a.Tinv != nullptr) || g.metadata.total_tokens == 0, "G/Tinv: null");
+  KDA_REQUIRE((a.G != nullptr && (a.Tinv != nullptr || tinv_optional)) || g.metadata.total_tokens == 0,
+              "G/Tinv: null");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Tinv), "G/Tinv: not 16-byte aligned");
+  return Status();
+}
+}  // namespace detail
+
+inline Status launch_recompute_w_u(const RecomputeWuArgs& a, void* workspace, size_t workspace_bytes,
+                                   hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(detail::validate_recompute_w_u(a, /*tinv_optional=*/false));
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_recompute_w_u(a, chunks, stream);

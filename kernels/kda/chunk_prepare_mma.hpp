@@ -1,0 +1,43 @@
+// Stages 2-4 in one launch, the chunk-parallel "prepare" of chunk_kda_fwd: per (chunk, head), Akk and Aqk on the
+// matrix units, Tinv = (I + Akk)^-1, then w, u and kg from that Tinv. Akk and Tinv never leave the chip: Aqk, w, u
+// and kg are the only outputs. The block runs the intra-chunk stage's code (intra_chunk_mma_block) and then the
+// w/u stage's (recompute_w_u_mma_block) with Tinv read from shared memory, so every output is bit-identical to the
+// two stage kernels with Tinv passed through memory. This saves Tinv's write and read (T x H x BT fp32 each way),
+// one launch, and Akk and Tinv in chunk_kda_fwd's workspace.
+//
+// Requirements (the launcher checks): q, k vector_aligned, K and V in {64, 128}; k, w, u, kg vector_aligned; v may
+// be any view (its rows are loaded 16 bytes at a time when it is vector_aligned, else per element). One block of
+// kIntraMmaWarps (= kWuMmaWarps) warps keeps the intra kernel's occupancy bound: the w/u part reuses the intra
+// part's shared memory, loads v directly instead of staging it, and issues its right-hand-side loads in pairs so
+// that it fits the same registers.
+#pragma once
+
+#include "kda/intra_chunk_mma.hpp"
+#include "kda/recompute_w_u_mma.hpp"
+
+namespace kda::kernels {
+
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+    chunk_prepare_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, bool v_vector) {
+  static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
+  using IntraL = IntraMmaLayout<BT>;
+  using WuL = WuMmaLayout<BT, K, V, /*kStageV=*/false>;
+  constexpr size_t kBytes = size_t(IntraL::kWorkBytes) > WuL::kBytes ? size_t(IntraL::kWorkBytes) : WuL::kBytes;
+  __shared__ __align__(16) unsigned char smem[kBytes];
+  __shared__ float beta_s[BT];
+  __shared__ float glast_s[K];
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  intra_chunk_mma_block<E, BT>(ip, chunk, h, smem, beta_s, /*invert=*/true);
+  // Tinv as the intra kernel would have written it: columns past the chunk masked to zero.
+  const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
+  auto tinv_row4 = [&](int i, int j) {
+    return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
+  };
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2>(
+      wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
+}
+
+}  // namespace kda::kernels
