@@ -24,9 +24,9 @@ inline Status enqueue_qk_l2norm_gate_cumsum(const QkL2NormArgs& n, const GateCum
   return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
     auto launch = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
+      const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads, kernels::L2NormGateGrid<BT, D>::kRoles);
       kernels::qk_l2norm_gate_cumsum_kernel<E, BT, D><<<grid, D, 0, stream>>>(p, n.q, n.k, n.q_out, n.k_out);
     };
     switch (g.head_dim_k) {
