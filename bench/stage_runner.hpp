@@ -18,7 +18,6 @@ inline const char* stage_name(StageKind s) {
   switch (s) {
     case StageKind::kL2Norm: return "l2norm";
     case StageKind::kGateCumsum: return "gate_cumsum";
-    case StageKind::kL2NormGate: return "l2norm_gate";
     case StageKind::kIntraChunk: return "intra_chunk";
     case StageKind::kSolveTril: return "solve_tril";
     case StageKind::kIntraSolve: return "intra_solve";
@@ -30,10 +29,9 @@ inline const char* stage_name(StageKind s) {
   return "?";
 }
 
-constexpr StageKind kAllStages[] = {
-    StageKind::kL2Norm,      StageKind::kGateCumsum, StageKind::kL2NormGate,      StageKind::kIntraChunk,
-    StageKind::kSolveTril,   StageKind::kIntraSolve, StageKind::kRecomputeWu,     StageKind::kPrepare,
-    StageKind::kStateRecurrence, StageKind::kChunkOutput};
+constexpr StageKind kAllStages[] = {StageKind::kL2Norm,      StageKind::kGateCumsum,      StageKind::kIntraChunk,
+                                    StageKind::kSolveTril,   StageKind::kIntraSolve,      StageKind::kRecomputeWu,
+                                    StageKind::kPrepare,     StageKind::kStateRecurrence, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -41,7 +39,8 @@ class StageRunner {
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
     // chunk_kda_fwd's own stage arguments (without its device status word: each launcher here resolves its tables
-    // itself). l2norm_gate and prepare are its launches; the other stages are the stage launchers on their own.
+    // itself). l2norm, gate_cumsum, prepare, state_recurrence and chunk_output are its launches; intra_chunk,
+    // solve_tril, intra_solve and recompute_w_u are the stage launchers that prepare fuses, on their own.
     const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
     l2norm_ = s.l2norm;
     gate_ = s.gate;
@@ -92,8 +91,6 @@ class StageRunner {
     switch (s) {
       case StageKind::kL2Norm: return launch_qk_l2norm(l2norm_, stream);
       case StageKind::kGateCumsum: return launch_gate_cumsum(gate_, meta_ws_, meta_bytes_, stream);
-      case StageKind::kL2NormGate:
-        return launch_qk_l2norm_gate_cumsum(l2norm_, gate_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraChunk: return launch_intra_chunk(intra_, meta_ws_, meta_bytes_, stream);
       case StageKind::kSolveTril: return launch_solve_tril(solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);

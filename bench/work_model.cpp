@@ -48,8 +48,7 @@ double stage_flops(const WorkShape& s, StageKind stage) {
   const FlopBreakdown f = count_flops(s);
   switch (stage) {
     case StageKind::kL2Norm:
-    case StageKind::kGateCumsum:
-    case StageKind::kL2NormGate: return 0.0;
+    case StageKind::kGateCumsum: return 0.0;
     case StageKind::kIntraChunk: return f.akk + f.aqk;
     case StageKind::kSolveTril: return f.solve;
     case StageKind::kIntraSolve: return f.akk + f.aqk + f.solve;
@@ -82,7 +81,6 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
   switch (stage) {
     case StageKind::kL2Norm: return 2 * tk_io + 2 * tk_io;                      // q, k -> q_norm, k_norm
     case StageKind::kGateCumsum: return tk_f32 + tk_f32;                        // raw g -> G
-    case StageKind::kL2NormGate: return 4 * tk_io + 2 * tk_f32;                 // both of the above
     case StageKind::kIntraChunk: return 2 * tk_io + beta + tk_f32 + 2 * a_f32;  // q, k, beta, G -> Akk, Aqk
     case StageKind::kSolveTril: return a_f32 + a_f32;                           // Akk -> Tinv
     case StageKind::kIntraSolve: return 2 * tk_io + beta + tk_f32 + 2 * a_f32;  // q, k, beta, G -> Aqk, Tinv

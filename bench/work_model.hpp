@@ -28,13 +28,12 @@ struct FlopBreakdown {
 
 FlopBreakdown count_flops(const WorkShape& s);
 
-// kL2NormGate and kPrepare are the launches chunk_kda_fwd runs before the state recurrence: l2norm and gate_cumsum in
-// one kernel; intra_chunk, solve_tril and recompute_w_u in one kernel (Aqk, w, u, kg out; Akk and Tinv kept on
-// chip). kIntraSolve is intra_chunk with solve_tril fused in (Aqk and Tinv out).
+// kPrepare is the launch chunk_kda_fwd runs between the gate and the state recurrence: intra_chunk, solve_tril and
+// recompute_w_u in one kernel (Aqk, w, u, kg out; Akk and Tinv kept on chip). kIntraSolve is intra_chunk with
+// solve_tril fused in (Aqk and Tinv out).
 enum class StageKind {
   kL2Norm,
   kGateCumsum,
-  kL2NormGate,
   kIntraChunk,
   kSolveTril,
   kIntraSolve,

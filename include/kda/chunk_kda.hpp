@@ -5,8 +5,8 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Stages, in order: [q/k l2norm] -> gate + chunk cumsum (one launch with the l2norm) -> Aqk, Tinv (solve_tril) and
-// w/u/kg in one launch (Akk and Tinv stay on chip) -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
+// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Aqk, Tinv (solve_tril) and w/u/kg in one launch (Akk and
+// Tinv stay on chip) -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
 // or derived on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
 // bit-identical.
 //
@@ -21,7 +21,6 @@
 #include "kda/launch/gate_cumsum.hpp"
 #include "kda/launch/intra_chunk.hpp"
 #include "kda/launch/qk_l2norm.hpp"
-#include "kda/launch/qk_l2norm_gate_cumsum.hpp"
 #include "kda/launch/recompute_w_u.hpp"
 #include "kda/launch/solve_tril.hpp"
 #include "kda/launch/state_recurrence.hpp"
@@ -218,11 +217,9 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
                                              &chunks));
 
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace);
-  if (a.qk_l2norm) {
-    KDA_RETURN_IF_ERROR(detail::enqueue_qk_l2norm_gate_cumsum(s.l2norm, s.gate, chunks, stream));  // one launch
-  } else {
-    KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
-  }
+  // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
+  if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
   // Aqk, w, u and kg in one launch (Akk and Tinv on chip), or intra + w/u through Tinv where it cannot be fused
   // (the layout gives Akk and Tinv memory whenever that can happen; the fuzz target checks it for every shape).
   KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));

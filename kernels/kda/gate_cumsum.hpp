@@ -22,13 +22,13 @@ struct GateCumsumParams {
   float* G = nullptr;           // out [T,H,K], fp32
 };
 
-// The gate and cumsum of one (chunk, head) for channels first_channel, first_channel + step, ...: each channel walks
-// the chunk's rows in order. gate_chunk_cumsum_kernel and the fused qk_l2norm_gate_cumsum_kernel share it, so the
-// two give the same bits.
-__device__ inline void gate_cumsum_chunk(const GateCumsumParams& p, const detail::ChunkCoords& chunk, int h,
-                                         int first_channel, int step) {
+template <int BT>
+__global__ void gate_chunk_cumsum_kernel(GateCumsumParams p) {
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
   const float a_log_exp = p.A_log != nullptr ? expf(p.A_log[h]) : 1.0f;
-  for (int d = first_channel; d < p.head_dim; d += step) {
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     const float bias = p.dt_bias != nullptr ? p.dt_bias[int64_t(h) * p.head_dim + d] : 0.0f;
     float cumulative = 0.0f;
     // Tokens in groups of kGroup whose loads are all issued before the first store: G may alias nothing, but the
@@ -48,13 +48,6 @@ __device__ inline void gate_cumsum_chunk(const GateCumsumParams& p, const detail
       }
     }
   }
-}
-
-template <int BT>
-__global__ void gate_chunk_cumsum_kernel(GateCumsumParams p) {
-  detail::ChunkCoords chunk;
-  if (!detail::locate_chunk<BT>(p.chunks, blockIdx.x, &chunk)) return;
-  gate_cumsum_chunk(p, chunk, blockIdx.y, threadIdx.x, blockDim.x);
 }
 
 }  // namespace kda::kernels

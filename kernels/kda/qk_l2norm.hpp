@@ -36,15 +36,23 @@ qk_l2norm_kernel(TensorView q, TensorView k, MutableTensorView q_out, MutableTen
   }
 }
 
-// Row (t, h) of a vector_aligned view, normalised by D / 8 neighbouring lanes that hold 8 of its elements each (x:
-// this lane's d .. d + 7, zeros where valid is false) and store them back normalised. A lane with valid = false
-// still joins the shuffles and stores nothing, so a whole warp always takes part. qk_l2norm_vec_kernel and the
-// fused qk_l2norm_gate_cumsum_kernel share it, so the two give the same bits.
 template <typename E, int D>
-__device__ inline void l2norm_store_row_vec(float (&x)[8], const MutableTensorView& out, int64_t t, int h, int d,
-                                            bool valid) {
+__global__ void __launch_bounds__(kL2NormThreads)
+qk_l2norm_vec_kernel(TensorView q, TensorView k, MutableTensorView q_out, MutableTensorView k_out, int64_t num_tokens,
+                     int num_heads) {
   constexpr int kLanesPerRow = D / 8;
   static_assert(kLanesPerRow <= kWarpSize && kWarpSize % kLanesPerRow == 0, "a row must fit in one warp");
+  constexpr int kRowsPerBlock = kL2NormThreads / kLanesPerRow;
+  const TensorView in = blockIdx.y == 0 ? q : k;
+  const MutableTensorView out = blockIdx.y == 0 ? q_out : k_out;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanesPerRow;
+  const int d = 8 * (threadIdx.x % kLanesPerRow);
+  // Rows past the end still join the shuffles (with zeros) so that every lane of the warp takes part.
+  const bool valid = row < num_tokens * num_heads;
+  const int64_t t = valid ? row / num_heads : 0;
+  const int h = valid ? static_cast<int>(row % num_heads) : 0;
+  float x[8] = {};
+  if (valid) detail::load8<E>(in, t, h, d, x);
   float sum_sq = 0.0f;
 #pragma unroll
   for (int c = 0; c < 8; ++c) sum_sq += x[c] * x[c];
@@ -53,24 +61,6 @@ __device__ inline void l2norm_store_row_vec(float (&x)[8], const MutableTensorVi
 #pragma unroll
   for (int c = 0; c < 8; ++c) x[c] *= inv_norm;
   if (valid) detail::store16(out, t, h, d, detail::pack8<E>(x));
-}
-
-template <typename E, int D>
-__global__ void __launch_bounds__(kL2NormThreads)
-qk_l2norm_vec_kernel(TensorView q, TensorView k, MutableTensorView q_out, MutableTensorView k_out, int64_t num_tokens,
-                     int num_heads) {
-  constexpr int kLanesPerRow = D / 8;
-  constexpr int kRowsPerBlock = kL2NormThreads / kLanesPerRow;
-  const TensorView in = blockIdx.y == 0 ? q : k;
-  const MutableTensorView out = blockIdx.y == 0 ? q_out : k_out;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanesPerRow;
-  const int d = 8 * (threadIdx.x % kLanesPerRow);
-  const bool valid = row < num_tokens * num_heads;
-  const int64_t t = valid ? row / num_heads : 0;
-  const int h = valid ? static_cast<int>(row % num_heads) : 0;
-  float x[8] = {};
-  if (valid) detail::load8<E>(in, t, h, d, x);
-  l2norm_store_row_vec<E, D>(x, out, t, h, d, valid);
 }
 
 }  // namespace kda::kernels

@@ -144,36 +144,6 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return out.download_bytes();
   });
 
-  // The launch chunk_kda_fwd makes for the two stages above: the same bytes as the two stage launchers.
-  for_both_modes(tag + "qk_l2norm_gate_cumsum", [&](MetadataMode mode) {
-    auto m = device_metadata(p, BT, mode);
-    DeviceBuffer qo(T * H * K * 2), ko(T * H * K * 2), Go(T * H * K * 4), qs(T * H * K * 2), ks(T * H * K * 2),
-        Gs(T * H * K * 4);
-    auto args = [&](DeviceBuffer& q_out, DeviceBuffer& k_out, DeviceBuffer& G_out) {
-      return std::make_pair(
-          QkL2NormArgs{geometry(p, BT, *m), contiguous_view(static_cast<const void*>(q_raw.get()), p.H, p.K),
-                       contiguous_view(static_cast<const void*>(k_raw.get()), p.H, p.K),
-                       contiguous_view(q_out.get(), p.H, p.K), contiguous_view(k_out.get(), p.H, p.K)},
-          GateCumsumArgs{geometry(p, BT, *m), contiguous_view(static_cast<const void*>(g_raw.get()), p.H, p.K),
-                         ScalarType::kFloat32, p.gate, A_log.as<float>(), dt_bias.as<float>(), p.lower_bound,
-                         G_out.as<float>()});
-    };
-    const auto fused = args(qo, ko, Go), staged = args(qs, ks, Gs);
-    EXPECT_TRUE(launch_qk_l2norm_gate_cumsum(fused.first, fused.second, m->derive_ws.get(), m->derive_ws.bytes(),
-                                             nullptr)
-                    .is_ok());
-    EXPECT_TRUE(launch_qk_l2norm(staged.first, nullptr).is_ok());
-    EXPECT_TRUE(launch_gate_cumsum(staged.second, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-    std::vector<uint8_t> bytes = qo.download_bytes(), more = ko.download_bytes(), g_bytes = Go.download_bytes();
-    EXPECT_EQ(bytes, qs.download_bytes()) << tag << "fused l2norm q differs from launch_qk_l2norm";
-    EXPECT_EQ(more, ks.download_bytes()) << tag << "fused l2norm k differs from launch_qk_l2norm";
-    EXPECT_EQ(g_bytes, Gs.download_bytes()) << tag << "fused G differs from launch_gate_cumsum";
-    expect_near(R.G, download_floats(Go.get(), T * H * K), kFp32StageBar, tag + "fused G");
-    bytes.insert(bytes.end(), more.begin(), more.end());
-    bytes.insert(bytes.end(), g_bytes.begin(), g_bytes.end());
-    return bytes;
-  });
-
   for_both_modes(tag + "intra_chunk", [&](MetadataMode mode) {
     auto m = device_metadata(p, BT, mode);
     DeviceBuffer akk(T * H * BT * 4), aqk(T * H * BT * 4);

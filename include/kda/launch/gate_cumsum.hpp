@@ -34,8 +34,10 @@ inline size_t gate_cumsum_workspace_size(const GateCumsumArgs& a) {
 }
 
 namespace detail {
-inline kernels::GateCumsumParams gate_cumsum_params(const GateCumsumArgs& a, const ResolvedChunks& chunks) {
+// Enqueues the stage on already-resolved chunk tables; no validation (launch_gate_cumsum and chunk_kda_fwd validate).
+inline Status enqueue_gate_cumsum(const GateCumsumArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
   const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
   kernels::GateCumsumParams p;
   p.chunks = chunks.table;
   p.g = a.g;
@@ -47,14 +49,6 @@ inline kernels::GateCumsumParams gate_cumsum_params(const GateCumsumArgs& a, con
   p.num_heads = g.num_heads;
   p.head_dim = g.head_dim_k;
   p.G = a.G;
-  return p;
-}
-
-// Enqueues the stage on already-resolved chunk tables; no validation (launch_gate_cumsum and chunk_kda_fwd validate).
-inline Status enqueue_gate_cumsum(const GateCumsumArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
-  const StageGeometry& g = a.geometry;
-  if (chunks.grid_chunks == 0) return Status();
-  const kernels::GateCumsumParams p = gate_cumsum_params(a, chunks);
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto, auto bt) -> Status {
     kernels::gate_chunk_cumsum_kernel<decltype(bt)::value>
         <<<detail::chunk_grid(chunks.grid_chunks, g.num_heads), g.head_dim_k, 0, stream>>>(p);
@@ -64,22 +58,14 @@ inline Status enqueue_gate_cumsum(const GateCumsumArgs& a, const ResolvedChunks&
 }
 }  // namespace detail
 
-namespace detail {
-inline Status validate_gate_cumsum(const GateCumsumArgs& a) {
+inline Status launch_gate_cumsum(const GateCumsumArgs& a, void* workspace, size_t workspace_bytes,
+                                 hipStream_t stream) {
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_RETURN_IF_ERROR(detail::validate_gate(a.gate, a.A_log, a.lower_bound));
   KDA_REQUIRE(detail::view_ok(a.g, g, g.head_dim_k), "g: null or overlapping strides");
   KDA_REQUIRE(detail::scalar_type_ok(a.g_type), "g_type: unknown ScalarType");
   KDA_REQUIRE(a.G != nullptr || g.metadata.total_tokens == 0, "G: null");
-  return Status();
-}
-}  // namespace detail
-
-inline Status launch_gate_cumsum(const GateCumsumArgs& a, void* workspace, size_t workspace_bytes,
-                                 hipStream_t stream) {
-  const StageGeometry& g = a.geometry;
-  KDA_RETURN_IF_ERROR(detail::validate_gate_cumsum(a));
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_gate_cumsum(a, chunks, stream);

@@ -12,30 +12,17 @@ struct QkL2NormArgs {
   MutableTensorView q_out, k_out;  // may alias q, k (each row is read fully before it is written)
 };
 
-namespace detail {
-inline Status validate_qk_l2norm(const QkL2NormArgs& a) {
+inline Status launch_qk_l2norm(const QkL2NormArgs& a, hipStream_t stream) {
   const StageGeometry& g = a.geometry;
   KDA_RETURN_IF_ERROR(detail::validate_geometry(g));
   KDA_REQUIRE(detail::view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.q_out, g, g.head_dim_k), "q_out: null or overlapping strides");
   KDA_REQUIRE(detail::view_ok(a.k_out, g, g.head_dim_k), "k_out: null or overlapping strides");
-  return Status();
-}
-
-// Whether every row can move as 16-byte vectors (the vec kernel; head_dim_k is 64, 128 or 256 by validation).
-inline bool qk_l2norm_vectorizable(const QkL2NormArgs& a) {
-  return detail::vector_aligned(a.q) && detail::vector_aligned(a.k) && detail::vector_aligned(a.q_out) &&
-         detail::vector_aligned(a.k_out);
-}
-}  // namespace detail
-
-inline Status launch_qk_l2norm(const QkL2NormArgs& a, hipStream_t stream) {
-  const StageGeometry& g = a.geometry;
-  KDA_RETURN_IF_ERROR(detail::validate_qk_l2norm(a));
   const int64_t rows = g.metadata.total_tokens * g.num_heads;
   if (rows == 0) return Status();
-  const bool vectorizable = detail::qk_l2norm_vectorizable(a);
+  const bool vectorizable = detail::vector_aligned(a.q) && detail::vector_aligned(a.k) &&
+                            detail::vector_aligned(a.q_out) && detail::vector_aligned(a.k_out);
   return detail::dispatch_dtype_chunk(g.dtype, 64, [&](auto e, auto) -> Status {
     using E = decltype(e);
     auto launch_vec = [&](auto dim) {
