@@ -403,6 +403,36 @@ TEST(StagesValidation, NullAkkIsRefusedWhereAkkMustBeWritten) {
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
+// launch_chunk_prepare: the two argument sets must agree, and where the fused kernel cannot run (here: q not
+// 16-byte aligned) the two stage launches need Akk and one shared Tinv buffer.
+TEST(StagesValidation, ChunkPrepareRefusesWhatItCannotRun) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  const int K = bed.p.K, V = bed.p.V, H = bed.p.H;
+  const float* G = reinterpret_cast<const float*>(bed.slice(3));
+  const TensorView beta{bed.slice(2), int64_t(H), 1};
+  IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m), contiguous_view(static_cast<const void*>(bed.slice(0)), H, K),
+                       contiguous_view(static_cast<const void*>(bed.slice(1)), H, K), beta, ScalarType::kFloat32,
+                       BetaActivation::kSigmoid, G, 0.0f, nullptr, reinterpret_cast<float*>(bed.slice(6)), nullptr};
+  RecomputeWuArgs wu{geometry(bed.p, bed.BT, *bed.m), intra.k,
+                     contiguous_view(static_cast<const void*>(bed.slice(4)), H, V), beta, ScalarType::kFloat32,
+                     BetaActivation::kSigmoid, G, nullptr, contiguous_view(bed.slice(7), H, K),
+                     contiguous_view(bed.slice(8), H, V), contiguous_view(bed.slice(9), H, K)};
+  ASSERT_TRUE(chunk_prepare_fused(intra, wu));
+  RecomputeWuArgs other = wu;
+  other.geometry.num_heads = 1;
+  expect_refused(launch_chunk_prepare(intra, other, nullptr, 0, nullptr), "geometries differ", "head counts differ");
+  intra.q.data = bed.slice(0) + 2;  // the two stage launches from here on
+  ASSERT_FALSE(chunk_prepare_fused(intra, wu));
+  expect_refused(launch_chunk_prepare(intra, wu, nullptr, 0, nullptr), "Akk: null", "unfused without Akk");
+  intra.Akk = reinterpret_cast<float*>(bed.slice(11));
+  expect_refused(launch_chunk_prepare(intra, wu, nullptr, 0, nullptr), "G/Tinv: null", "unfused without Tinv");
+  intra.Tinv = reinterpret_cast<float*>(bed.slice(12));
+  wu.Tinv = reinterpret_cast<const float*>(bed.slice(13));
+  expect_refused(launch_chunk_prepare(intra, wu, nullptr, 0, nullptr), "one Tinv buffer", "two Tinv buffers");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
 // A forced V-tile width or warp count the kernels do not have is refused before anything is enqueued.
 TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   ASSERT_TRUE(have_gpu());
