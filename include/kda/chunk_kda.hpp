@@ -63,8 +63,7 @@ struct ChunkKdaWorkspaceLayout {
 // Tinv never needs memory: q and k are then the normalised workspace copies (16-byte aligned), and the fused kernel
 // takes K and V in {64, 128} and any v.
 inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
-  const StageGeometry& g = a.geometry;
-  return a.qk_l2norm && (g.head_dim_k == 64 || g.head_dim_k == 128) && (g.head_dim_v == 64 || g.head_dim_v == 128);
+  return a.qk_l2norm && mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
 }
 
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a) {

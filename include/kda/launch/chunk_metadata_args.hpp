@@ -158,8 +158,11 @@ Status dispatch_dtype_chunk(DType dtype, int chunk_size, F&& f) {
 
 inline bool is_supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
-// Calls f(std::integral_constant<int, K>{}, std::integral_constant<int, V>{}) when K and V are both 64 or 128 (the
-// head dims whose operands fit the matrix-unit kernels' shared memory) and returns true; else returns false.
+// Whether K and V are both 64 or 128: the head dims whose operands fit the matrix-unit kernels' shared memory.
+inline bool mma_head_dims(int K, int V) { return (K == 64 || K == 128) && (V == 64 || V == 128); }
+
+// Calls f(std::integral_constant<int, K>{}, std::integral_constant<int, V>{}) when mma_head_dims(K, V) and returns
+// true; else returns false.
 template <typename F>
 bool dispatch_mma_head_dims(int K, int V, F&& f) {
   using D64 = std::integral_constant<int, 64>;

@@ -14,11 +14,9 @@ namespace kda {
 // Otherwise the two stage launches run, passing Tinv through intra.Tinv, which must then be set (and wu.Tinv be
 // the same buffer).
 inline bool chunk_prepare_fused(const IntraChunkArgs& intra, const RecomputeWuArgs& wu) {
-  const StageGeometry& g = wu.geometry;
-  const bool dims = (g.head_dim_k == 64 || g.head_dim_k == 128) && (g.head_dim_v == 64 || g.head_dim_v == 128);
-  return dims && detail::vector_aligned(intra.q) && detail::vector_aligned(intra.k) &&
-         detail::vector_aligned(wu.k) && detail::vector_aligned(wu.w) && detail::vector_aligned(wu.u) &&
-         detail::vector_aligned(wu.kg);
+  return detail::mma_head_dims(wu.geometry.head_dim_k, wu.geometry.head_dim_v) && detail::vector_aligned(intra.q) &&
+         detail::vector_aligned(intra.k) && detail::vector_aligned(wu.k) && detail::vector_aligned(wu.w) &&
+         detail::vector_aligned(wu.u) && detail::vector_aligned(wu.kg);
 }
 
 namespace detail {
