@@ -22,6 +22,7 @@ inline const char* stage_name(StageKind s) {
     case StageKind::kSolveTril: return "solve_tril";
     case StageKind::kIntraSolve: return "intra_solve";
     case StageKind::kPrepare: return "prepare";
+    case StageKind::kPrepareInputs: return "prepare_inputs";
     case StageKind::kRecomputeWu: return "recompute_w_u";
     case StageKind::kStateRecurrence: return "state_recurrence";
     case StageKind::kChunkOutput: return "chunk_output";
@@ -29,9 +30,10 @@ inline const char* stage_name(StageKind s) {
   return "?";
 }
 
-constexpr StageKind kAllStages[] = {StageKind::kL2Norm,      StageKind::kGateCumsum,      StageKind::kIntraChunk,
-                                    StageKind::kSolveTril,   StageKind::kIntraSolve,      StageKind::kRecomputeWu,
-                                    StageKind::kPrepare,     StageKind::kStateRecurrence, StageKind::kChunkOutput};
+constexpr StageKind kAllStages[] = {StageKind::kL2Norm,          StageKind::kGateCumsum,  StageKind::kIntraChunk,
+                                    StageKind::kSolveTril,       StageKind::kIntraSolve,  StageKind::kRecomputeWu,
+                                    StageKind::kPrepare,         StageKind::kPrepareInputs,
+                                    StageKind::kStateRecurrence, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -39,9 +41,25 @@ class StageRunner {
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
     // chunk_kda_fwd's own stage arguments (without its device status word: each launcher here resolves its tables
-    // itself). l2norm, gate_cumsum, prepare, state_recurrence and chunk_output are its launches; intra_chunk,
-    // solve_tril, intra_solve and recompute_w_u are the stage launchers that prepare fuses, on their own.
-    const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
+    // itself). With K, V in {64, 128} its launches are prepare_inputs, state_recurrence and chunk_output; the
+    // staged form's launches (l2norm, gate_cumsum, prepare) and the stage launchers that prepare fuses
+    // (intra_chunk, solve_tril, intra_solve, recompute_w_u) then run on a staged workspace of the runner's own,
+    // filled once by the staged form of chunk_kda_fwd.
+    const detail::ChunkKdaStageArgs fused = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
+    prepare_inputs_ = fused.prepare_inputs;
+    inputs_fused_ = fused.inputs_fused;
+    void* staged_ws = p.workspace.get();
+    if (inputs_fused_) {
+      const size_t bytes = detail::chunk_kda_workspace_layout(a, detail::ChunkKdaPath::kStaged).total;
+      scratch_ = runtime_status(staged_.allocate(bytes));
+      if (scratch_.is_ok()) {
+        scratch_ = detail::chunk_kda_fwd_on_path(a, staged_.get(), bytes, nullptr, detail::ChunkKdaPath::kStaged);
+      }
+      if (scratch_.is_ok()) scratch_ = runtime_status(hipDeviceSynchronize());
+      staged_ws = staged_.get();
+    }
+    const detail::ChunkKdaStageArgs s =
+        detail::chunk_kda_stage_args(a, a.geometry, staged_ws, detail::ChunkKdaPath::kStaged);
     l2norm_ = s.l2norm;
     gate_ = s.gate;
     intra_wu_ = s.intra;
@@ -51,7 +69,7 @@ class StageRunner {
     const size_t a_bytes = size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
                            size_t(a.geometry.chunk_size) * sizeof(float);
     float* akk = s.intra.Akk;
-    if (akk == nullptr) {
+    if (akk == nullptr && scratch_.is_ok()) {
       scratch_ = runtime_status(akk_.allocate(a_bytes));
       akk = static_cast<float*>(akk_.get());
     }
@@ -69,10 +87,10 @@ class StageRunner {
     solve_ = SolveTrilArgs{a.geometry, akk, tinv};
     wu_ = s.wu;
     wu_.Tinv = tinv;
-    state_ = s.state;
+    state_ = fused.state;  // chunk_kda_fwd's own state and output launches
     state_.v_tile = bench_options().state_v_tile;
     state_.warps = bench_options().state_warps;
-    out_ = s.output;
+    out_ = fused.output;
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
     // with the builder's tables). Every *_workspace_size() of these stages asks for exactly this.
@@ -95,6 +113,9 @@ class StageRunner {
       case StageKind::kSolveTril: return launch_solve_tril(solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kPrepare: return launch_chunk_prepare(intra_wu_, wu_prepare_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kPrepareInputs:
+        if (!inputs_fused_) return unsupported("prepare_inputs: chunk_kda_fwd runs the staged form for these sizes");
+        return launch_chunk_prepare_inputs(prepare_inputs_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
       case StageKind::kChunkOutput: return launch_chunk_output(out_, meta_ws_, meta_bytes_, stream);
@@ -113,6 +134,9 @@ class StageRunner {
   IntraChunkArgs intra_wu_;  // the prepare launch: exactly chunk_kda_fwd's arguments
   RecomputeWuArgs wu_prepare_;
   RecomputeWuArgs wu_;
+  ChunkPrepareInputsArgs prepare_inputs_;  // chunk_kda_fwd's first launch
+  bool inputs_fused_ = false;
+  DeviceBuffer staged_;  // the staged form's workspace, when chunk_kda_fwd runs the fused one
   StateRecurrenceArgs state_;
   ChunkOutputArgs out_;
   void* meta_ws_ = nullptr;

@@ -53,7 +53,8 @@ double stage_flops(const WorkShape& s, StageKind stage) {
     case StageKind::kSolveTril: return f.solve;
     case StageKind::kIntraSolve: return f.akk + f.aqk + f.solve;
     case StageKind::kRecomputeWu: return f.w + f.u;
-    case StageKind::kPrepare: return f.akk + f.aqk + f.solve + f.w + f.u;
+    case StageKind::kPrepare:
+    case StageKind::kPrepareInputs: return f.akk + f.aqk + f.solve + f.w + f.u;
     case StageKind::kStateRecurrence: return f.v_new + f.state_update;
     case StageKind::kChunkOutput: return f.out_inter + f.out_intra;
   }
@@ -88,10 +89,12 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
       return tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
     case StageKind::kPrepare:  // q, k, v, beta, G -> Aqk, w, u, kg
       return 2 * tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
+    case StageKind::kPrepareInputs:  // q, k, v, raw g, beta -> Aqk, w, u, kg, qg, G of each chunk's last row
+      return 2 * tk_io + tv_io + tk_f32 + beta + a_f32 + 3 * tk_io + tv_io + NT * H * K * 4;
     case StageKind::kStateRecurrence:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
       return 2 * tk_io + tv_io + NT * H * K * 4 + state_f32 + h_io + tv_io + state_f32;
-    case StageKind::kChunkOutput:  // q, G, h, Aqk, v_new -> o
-      return tk_io + tk_f32 + h_io + a_f32 + tv_io + tv_io;
+    case StageKind::kChunkOutput:  // qg (the fused prepare's q exp2 G), h, Aqk, v_new -> o
+      return tk_io + h_io + a_f32 + tv_io + tv_io;
   }
   return 0.0;
 }

@@ -14,7 +14,7 @@ import sys
 MODES = ("builder", "derived")
 BATCH_ORDER = ("single1k", "single8k", "single32k", "varlen16", "mixed64", "spec256x8")
 STAGE_ORDER = ("l2norm", "gate_cumsum", "intra_chunk", "solve_tril", "intra_solve", "recompute_w_u", "prepare",
-               "state_recurrence", "chunk_output")
+               "prepare_inputs", "state_recurrence", "chunk_output")
 
 
 def base_name(name):

@@ -5,10 +5,12 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Stages, in order: [q/k l2norm] -> gate + chunk cumsum -> Aqk, Tinv (solve_tril) and w/u/kg in one launch (Akk and
-// Tinv stay on chip) -> state recurrence (h, v_new, final state) -> output. Chunk tables: the caller's (args.metadata with tables and host NT)
-// or derived on the device once per call and shared by all stages. Both paths run the same kernels, so outputs are
-// bit-identical.
+// Launches, in order, for K and V in {64, 128}: prepare (l2norm, gate + chunk cumsum, Aqk, Tinv, w, u, kg and qg from
+// the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never reach memory) -> state recurrence (h,
+// v_new, final state) -> output. For K or V = 256 the stages run one by one: [q/k l2norm] -> gate + chunk cumsum ->
+// intra-chunk with solve_tril -> w/u/kg -> state -> output. Both forms give the same bits. Chunk tables: the
+// caller's (args.metadata with tables and host NT) or derived on the device once per call and shared by all
+// launches. Both paths run the same kernels, so outputs are bit-identical.
 //
 // `o` may alias `v` (vLLM passes o=v): v is read only by the w/u stage, which completes before the output stage
 // writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
@@ -18,6 +20,7 @@
 
 #include "kda/launch/chunk_output.hpp"
 #include "kda/launch/chunk_prepare.hpp"
+#include "kda/launch/chunk_prepare_inputs.hpp"
 #include "kda/launch/gate_cumsum.hpp"
 #include "kda/launch/intra_chunk.hpp"
 #include "kda/launch/qk_l2norm.hpp"
@@ -54,19 +57,26 @@ namespace detail {
 // Byte offsets of every intermediate inside the workspace. One function serves workspace_size and the launcher,
 // so the two can never disagree.
 struct ChunkKdaWorkspaceLayout {
-  size_t status = 0, metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0, v_new = 0,
-         h = 0, total = 0;
+  size_t status = 0, metadata = 0, G = 0, q_norm = 0, k_norm = 0, Akk = 0, Aqk = 0, Tinv = 0, w = 0, u = 0, kg = 0,
+         qg = 0, v_new = 0, h = 0, G_last = 0, total = 0;
+  // true: chunk_kda_fwd runs chunk_prepare_inputs, and G, q_norm, k_norm, Akk and Tinv are empty while qg and
+  // G_last are used; false: the stage-by-stage form, with qg and G_last empty.
+  bool inputs_fused = false;
   bool akk_in_memory = true, tinv_in_memory = true;  // false: the region is empty (the value stays on chip)
 };
 
-// Whether the sizes alone guarantee that chunk_kda_fwd's prepare launch (Aqk, Tinv, w, u, kg) runs fused, so that
-// Tinv never needs memory: q and k are then the normalised workspace copies (16-byte aligned), and the fused kernel
-// takes K and V in {64, 128} and any v.
-inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
-  return a.qk_l2norm && mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
+// Which form chunk_kda_fwd runs: kAuto picks the fused prepare wherever it can run (the sizes decide); kStaged forces
+// the stage-by-stage form (tests compare the two bit for bit; kda_bench times the stages on their own).
+enum class ChunkKdaPath { kAuto, kStaged };
+
+// Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): K and V in
+// {64, 128}. It takes any q, k, g and v views, so the sizes alone decide, and the workspace layout can follow.
+inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
+  return mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
 }
 
-inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a) {
+inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
+                                                          ChunkKdaPath path = ChunkKdaPath::kAuto) {
   const StageGeometry& g = a.geometry;
   const size_t T = size_t(g.metadata.total_tokens), H = size_t(g.num_heads), K = size_t(g.head_dim_k),
                V = size_t(g.head_dim_v), BT = size_t(g.chunk_size), E = size_t(dtype_size(g.dtype));
@@ -83,22 +93,26 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a)
   };
   l.status = take(sizeof(uint32_t));
   l.metadata = take(derived_metadata_bytes(g.metadata, g.chunk_size));
-  l.G = take(T * H * K * sizeof(float));
-  l.q_norm = take(a.qk_l2norm ? T * H * K * E : 0);
-  l.k_norm = take(a.qk_l2norm ? T * H * K * E : 0);
-  // Akk lives only on chip when the intra-chunk launch fuses solve_tril, which it always does on the normalised
-  // (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's Akk. Tinv
-  // lives only on chip when the prepare launch is fused (chunk_kda_prepare_fused_by_shape).
-  l.akk_in_memory = !a.qk_l2norm;
-  l.tinv_in_memory = !chunk_kda_prepare_fused_by_shape(a);
+  l.inputs_fused = path == ChunkKdaPath::kAuto && chunk_kda_inputs_fused_by_shape(a);
+  const bool staged = !l.inputs_fused;
+  l.G = take(staged ? T * H * K * sizeof(float) : 0);
+  l.q_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
+  l.k_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
+  // Staged: Akk lives only on chip when the intra-chunk launch fuses solve_tril, which it always does on the
+  // normalised (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's
+  // Akk. Tinv is in memory (K or V = 256: the prepare launch is two launches). Fused: both stay on chip.
+  l.akk_in_memory = staged && !a.qk_l2norm;
+  l.tinv_in_memory = staged;
   l.Akk = take(l.akk_in_memory ? T * H * BT * sizeof(float) : 0);
   l.Aqk = take(T * H * BT * sizeof(float));
   l.Tinv = take(l.tinv_in_memory ? T * H * BT * sizeof(float) : 0);
   l.w = take(T * H * K * E);
   l.u = take(T * H * V * E);
   l.kg = take(T * H * K * E);
+  l.qg = take(l.inputs_fused ? T * H * K * E : 0);
   l.v_new = take(T * H * V * E);
   l.h = take(grid_chunks * H * K * V * E);
+  l.G_last = take(l.inputs_fused ? grid_chunks * H * K * sizeof(float) : 0);
   l.total = at;
   return l;
 }
@@ -150,7 +164,9 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 // so solve_tril runs inside the intra-chunk launch. kda_bench's per-stage runner uses the same arguments, so what it
 // times is what chunk_kda_fwd launches.
 struct ChunkKdaStageArgs {
-  QkL2NormArgs l2norm;  // run only when ChunkKdaArgs::qk_l2norm
+  bool inputs_fused = false;  // prepare_inputs, state, output run; otherwise the staged form below
+  ChunkPrepareInputsArgs prepare_inputs;
+  QkL2NormArgs l2norm;  // staged form: run only when ChunkKdaArgs::qk_l2norm
   GateCumsumArgs gate;
   IntraChunkArgs intra;
   RecomputeWuArgs wu;
@@ -158,8 +174,9 @@ struct ChunkKdaStageArgs {
   ChunkOutputArgs output;
 };
 
-inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const StageGeometry& g, void* workspace) {
-  const ChunkKdaWorkspaceLayout l = chunk_kda_workspace_layout(a);
+inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const StageGeometry& g, void* workspace,
+                                              ChunkKdaPath path = ChunkKdaPath::kAuto) {
+  const ChunkKdaWorkspaceLayout l = chunk_kda_workspace_layout(a, path);
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
   const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
@@ -182,6 +199,21 @@ inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const Stage
   if (chunk_prepare_fused(s.intra, s.wu) || intra_chunk_keeps_akk_on_chip(s.intra)) s.intra.Akk = nullptr;
   s.state = StateRecurrenceArgs{g, at(l.w), at(l.u), at(l.kg), G, a.state, at(l.h), at(l.v_new)};
   s.output = ChunkOutputArgs{g, q, G, at(l.h), Aqk, at(l.v_new), a.scale, a.o};
+  s.inputs_fused = l.inputs_fused;
+  if (s.inputs_fused) {  // G, q_norm and k_norm do not exist: the state reads G_last, the output qg
+    float* G_last = static_cast<float*>(at(l.G_last));
+    const MutableTensorView qg = contiguous_view(at(l.qg), H, K);
+    s.prepare_inputs = ChunkPrepareInputsArgs{g,        a.q,      a.k,           a.v,           a.g,
+                                              a.g_type, a.beta,   a.beta_type,   a.gate,        a.A_log,
+                                              a.dt_bias, a.lower_bound, a.beta_activation, a.qk_l2norm, a.scale,
+                                              Aqk,      s.wu.w,   s.wu.u,        s.wu.kg,       qg,
+                                              G_last};
+    s.state.G = nullptr;
+    s.state.G_last = G_last;
+    s.output.q = contiguous_view(static_cast<const void*>(at(l.qg)), H, K);
+    s.output.G = nullptr;
+    s.output.q_gated = true;
+  }
   return s;
 }
 
@@ -197,9 +229,12 @@ inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) {
 // saw nothing wrong. It lives at the start of the workspace; pass it to read_device_status.
 inline const uint32_t* chunk_kda_device_status(const void* workspace) { return static_cast<const uint32_t*>(workspace); }
 
-inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes, hipStream_t stream) {
+namespace detail {
+// chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path).total bytes.
+inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
+                                    hipStream_t stream, ChunkKdaPath path) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
-  const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a);
+  const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
   if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
   char* ws = static_cast<char*>(workspace);
@@ -215,7 +250,12 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
                                              detail::derived_metadata_bytes(a.geometry.metadata, g.chunk_size), stream,
                                              &chunks));
 
-  const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace);
+  const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path);
+  if (s.inputs_fused) {
+    KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
+    KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
+    return detail::enqueue_chunk_output(s.output, chunks, stream);
+  }
   // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
   if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
@@ -224,6 +264,11 @@ inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t works
   KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
   return detail::enqueue_chunk_output(s.output, chunks, stream);
+}
+}  // namespace detail
+
+inline Status chunk_kda_fwd(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes, hipStream_t stream) {
+  return detail::chunk_kda_fwd_on_path(a, workspace, workspace_bytes, stream, detail::ChunkKdaPath::kAuto);
 }
 
 }  // namespace kda

@@ -18,7 +18,8 @@ constexpr int kOutputTileV = 32;
 struct ChunkOutputParams {
   detail::ChunkTable chunks;
   TensorView q;              // [T,H,K] I/O type (normalised when l2norm is on)
-  const float* G = nullptr;  // [T,H,K]
+  const float* G = nullptr;  // [T,H,K]; unused when q_gated
+  bool q_gated = false;      // q already holds round(q exp2 G) (the fused prepare's qg)
   const void* h = nullptr;   // [NT,H,K,V] I/O type
   const float* Aqk = nullptr;  // [T,H,BT]
   const void* v_new = nullptr; // [T,H,V] I/O type
@@ -56,8 +57,9 @@ __global__ void __launch_bounds__(kOutputThreads) chunk_output_kernel(ChunkOutpu
       float qg = 0.0f;
       if (i < chunk.length) {
         const int64_t t = chunk.start + i;
-        qg = numeric::round_to<E>(detail::load_elem<E>(p.q, t, h, d0 + d) *
-                                  exp2f(p.G[(t * p.num_heads + h) * K + d0 + d]));
+        qg = p.q_gated ? detail::load_elem<E>(p.q, t, h, d0 + d)
+                       : numeric::round_to<E>(detail::load_elem<E>(p.q, t, h, d0 + d) *
+                                              exp2f(p.G[(t * p.num_heads + h) * K + d0 + d]));
       }
       qg_s[i][d] = qg;
     }

@@ -73,7 +73,14 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
   constexpr int kUnits = BT * K / 8;
   constexpr int kPerThread = (kUnits + kThreads - 1) / kThreads;
   constexpr int kGroup = kPerThread < 4 ? kPerThread : 4;
-  for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
+  if (p.q_gated) {  // q is the fused prepare's qg: copied as is
+    for (int u = threadIdx.x; u < kUnits; u += kThreads) {
+      const int i = u / (K / 8), d = (u % (K / 8)) * 8;
+      *reinterpret_cast<uint4*>(&qg_s[i * kLdQ + d]) =
+          i < chunk.length ? detail::load16(p.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  for (int x0 = 0; x0 < kPerThread && !p.q_gated; x0 += kGroup) {
     float q_in[kGroup][8], g_in[kGroup][8];
 #pragma unroll
     for (int x = 0; x < kGroup; ++x) {

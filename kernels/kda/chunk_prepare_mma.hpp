@@ -40,4 +40,40 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
 
+// chunk_kda_fwd's first launch: the kernel above, starting from the raw inputs instead of the l2norm and gate
+// stages' outputs (ip.q, ip.k, wp.k are the raw q, k; ip.G and wp.G are unused). The block normalises q and k itself
+// (qk_row_inv_norms), forms G slice by slice, and writes qg (for the output stage), kg, and w's right-hand side into
+// wp.w during the intra part, plus G_last (for the state stage); the w/u part then needs neither k nor G. Every
+// output equals the stage pipeline's (l2norm, gate, this kernel's staged form, and the output stage's qg) bit for
+// bit. Requirements (the launcher checks): K and V in {64, 128}; w, u, kg, qg vector_aligned; q, k, g, v any views.
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+    chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
+                                    bool v_vector) {
+  static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
+  constexpr int kThreads = kIntraMmaWarps * kWarpSize;
+  using IntraL = IntraMmaLayout<BT>;
+  using WuL = WuMmaLayout<BT, K, V, /*kStageV=*/false>;
+  constexpr size_t kBytes = size_t(IntraL::kWorkBytes) > WuL::kBytes ? size_t(IntraL::kWorkBytes) : WuL::kBytes;
+  __shared__ __align__(16) unsigned char smem[kBytes];
+  __shared__ float beta_s[BT];
+  __shared__ __align__(16) float inputs_s[2 * BT + 2 * K];  // inverse row norms of q, k; G_last; dt_bias
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
+  const int h = blockIdx.y;
+  for (int d = threadIdx.x; d < K; d += kThreads)
+    inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
+  if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
+  // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
+  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true>(ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s,
+                                                      wp.w, wp.kg);
+  const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
+  auto tinv_row4 = [&](int i, int j) {
+    return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
+  };
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/true>(
+      wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4,
+      v_vector);
+}
+
 }  // namespace kda::kernels

@@ -43,7 +43,8 @@ __global__ void gate_chunk_cumsum_kernel(GateCumsumParams p) {
       for (int i = 0; i < kGroup; ++i) {
         if (i0 + i >= chunk.length) break;
         const int64_t t = chunk.start + i0 + i;
-        cumulative += detail::gate_value(x[i] + bias, p.gate, a_log_exp, p.lower_bound);
+        cumulative = detail::gate_cumsum_add(cumulative, detail::gate_value(x[i] + bias, p.gate, a_log_exp,
+                                                                             p.lower_bound));
         p.G[(t * p.num_heads + h) * p.head_dim + d] = cumulative * kRcpLn2;
       }
     }

@@ -28,6 +28,7 @@
 #include "kda/detail/mma.hpp"
 #include "kda/detail/tril_inverse.hpp"
 #include "kda/intra_chunk.hpp"
+#include "kda/prepare_inputs.hpp"
 
 namespace kda::kernels {
 
@@ -76,9 +77,18 @@ __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) 
 // kLdO, visible to the whole block. Only rows and columns below the chunk's length are meaningful there (the
 // tiles past it hold leftovers): read it through mask_columns, as the Tinv write does. smem holds
 // IntraMmaLayout<BT>::kWorkBytes; beta_s BT floats (left holding the activated betas).
-template <typename E, int BT>
+//
+// kFromInputs (the fused prepare of chunk_kda_fwd): p.q, p.k are the raw inputs and p.G is unused. Each slice is
+// normalised with the row norms in inputs_s (when in->qk_l2norm) and its G formed from in->g (gate, then the
+// chunk-local sum), and the block writes that slice of in->qg, of kg (to kg_out), of w's right-hand side
+// round(beta k exp2 G) (to w_out, where the w/u part reads it back) and of in->G_last. inputs_s: inverse norms of
+// the q rows [BT] and k rows [BT] (filled by qk_row_inv_norms when in->qk_l2norm), then G of the last row [K]
+// (written here) and dt_bias [K] (filled by the caller, zeros without one).
+template <typename E, int BT, bool kFromInputs = false>
 __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const detail::ChunkCoords& chunk, int h,
-                                             unsigned char* smem, float* beta_s, bool invert) {
+                                             unsigned char* smem, float* beta_s, bool invert,
+                                             const PrepareInputsParams* in = nullptr, float* inputs_s = nullptr,
+                                             MutableTensorView w_out = {}, MutableTensorView kg_out = {}) {
   namespace m = detail::mma;
   using L = IntraMmaLayout<BT>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
@@ -161,27 +171,46 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   constexpr int kQkUnits = BT * 2, kGUnits = BT * 4;
   constexpr int kQkPerThread = (kQkUnits + kThreads - 1) / kThreads;
   constexpr int kGPerThread = (kGUnits + kThreads - 1) / kThreads;
+  // kFromInputs: g[2 x] and g[2 x + 1] are the raw gates of q/k unit x's 8 channels.
+  constexpr int kGRegs = kFromInputs ? 2 * kQkPerThread : kGPerThread;
   struct SliceRegs {
     uint4 q[kQkPerThread], k[kQkPerThread];  // raw 16-bit values
-    float4 g[kGPerThread];
+    float4 g[kGRegs];
   };
+  const float a_log_exp = kFromInputs && in->A_log != nullptr ? expf(in->A_log[h]) : 1.0f;
+  const float* inv_q_s = inputs_s;
+  const float* inv_k_s = kFromInputs ? inputs_s + BT : nullptr;
+  float* glast_s = kFromInputs ? inputs_s + 2 * BT : nullptr;
+  const float* bias_s = kFromInputs ? inputs_s + 2 * BT + p.head_dim : nullptr;
   auto load_slice = [&](int d0, SliceRegs& r) {
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
       const int u = threadIdx.x + x * kThreads, i = u / 2, d = d0 + (u % 2) * 8;
       const bool valid = u < kQkUnits && i < chunk.length;
-      r.q[x] = valid ? detail::load16(p.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-      r.k[x] = valid ? detail::load16(p.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      if constexpr (kFromInputs) {
+        const bool vec = in->qk_vector;
+        r.q[x] = valid ? detail::load16_any(p.q, vec, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+        r.k[x] = valid ? detail::load16_any(p.k, vec, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+        float graw[8] = {};
+        if (valid) detail::load_scalar8(in->g, in->g_type, in->g_vector, chunk.start + i, h, d, graw);
+        r.g[2 * x] = make_float4(graw[0], graw[1], graw[2], graw[3]);
+        r.g[2 * x + 1] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+      } else {
+        r.q[x] = valid ? detail::load16(p.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+        r.k[x] = valid ? detail::load16(p.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      }
     }
+    if constexpr (!kFromInputs) {
 #pragma unroll
-    for (int x = 0; x < kGPerThread; ++x) {
-      const int u = threadIdx.x + x * kThreads, i = u / 4, d = d0 + (u % 4) * 4;
-      r.g[x] = u < kGUnits && i < chunk.length
-                   ? *reinterpret_cast<const float4*>(&p.G[((chunk.start + i) * p.num_heads + h) * p.head_dim + d])
-                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int x = 0; x < kGPerThread; ++x) {
+        const int u = threadIdx.x + x * kThreads, i = u / 4, d = d0 + (u % 4) * 4;
+        r.g[x] = u < kGUnits && i < chunk.length
+                     ? *reinterpret_cast<const float4*>(&p.G[((chunk.start + i) * p.num_heads + h) * p.head_dim + d])
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
   };
-  auto store_slice = [&](const SliceRegs& r) {
+  auto store_slice = [&](const SliceRegs& r, int d0) {
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
       const int u = threadIdx.x + x * kThreads, i = u / 2, d = (u % 2) * 8;
@@ -189,25 +218,88 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       float qv[8], kv[8];
       detail::unpack8<E>(r.q[x], qv);
       detail::unpack8<E>(r.k[x], kv);
+      if constexpr (kFromInputs) {
+        if (in->qk_l2norm) {  // as qk_l2norm_vec_kernel: scale, then round to the I/O type
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            qv[c] = numeric::round_to<E>(qv[c] * inv_q_s[i]);
+            kv[c] = numeric::round_to<E>(kv[c] * inv_k_s[i]);
+          }
+        }
+        // The activated gate of each channel; the chunk-local sum follows once the whole slice is here.
+        const float graw[8] = {r.g[2 * x].x, r.g[2 * x].y, r.g[2 * x].z, r.g[2 * x].w,
+                               r.g[2 * x + 1].x, r.g[2 * x + 1].y, r.g[2 * x + 1].z, r.g[2 * x + 1].w};
+        float gv[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          gv[c] = i < chunk.length
+                      ? detail::gate_value(graw[c] + bias_s[d0 + d + c], in->gate, a_log_exp, in->lower_bound)
+                      : 0.0f;
+        }
+        *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = make_float4(gv[0], gv[1], gv[2], gv[3]);
+        *reinterpret_cast<float4*>(&g_s[i * kLdS + d + 4]) = make_float4(gv[4], gv[5], gv[6], gv[7]);
+      }
 #pragma unroll
       for (int c = 0; c < 8; c += 4) {
         *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
         *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
       }
     }
+    if constexpr (!kFromInputs) {
 #pragma unroll
-    for (int x = 0; x < kGPerThread; ++x) {
-      const int u = threadIdx.x + x * kThreads, i = u / 4, d = (u % 4) * 4;
-      if (u < kGUnits) *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = r.g[x];
+      for (int x = 0; x < kGPerThread; ++x) {
+        const int u = threadIdx.x + x * kThreads, i = u / 4, d = (u % 4) * 4;
+        if (u < kGUnits) *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = r.g[x];
+      }
+    }
+  };
+  // kFromInputs, once the slice's activated gates are in g_s: G = RCP_LN2 * (chunk-local running sum), one thread
+  // per channel walking the rows in order (the gate stage's order and arithmetic), and G of the last row kept in
+  // glast_s and written to in->G_last. Then, in the same phase as the factors, this slice of qg, kg and w's
+  // right-hand side leaves in 16-byte row segments.
+  auto form_gate_sum = [&](int d0) {
+    if (threadIdx.x >= kSlice) return;
+    const int c = threadIdx.x;
+    float cumulative = 0.0f, g_last = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < chunk.length; ++i) {
+      cumulative = detail::gate_cumsum_add(cumulative, g_s[i * kLdS + c]);
+      g_last = cumulative * kRcpLn2;
+      g_s[i * kLdS + c] = g_last;
+    }
+    glast_s[d0 + c] = g_last;
+    if (chunk.length > 0) in->G_last[(int64_t(blockIdx.x) * p.num_heads + h) * p.head_dim + d0 + c] = g_last;
+  };
+  auto write_slice_outputs = [&](int d0) {
+    for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {
+      const int i = u / 2, d = (u % 2) * 8;
+      if (i >= chunk.length) continue;
+      float qg[8], rhs[8], kg[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float g = g_s[i * kLdS + d + c], k = k_s[i * kLdS + d + c], decay = detail::decay_exp2(g);
+        qg[c] = q_s[i * kLdS + d + c] * decay;            // the output stage's qg
+        rhs[c] = beta_s[i] * k * decay;                   // the w/u stage's right-hand side of w
+        kg[c] = k * detail::decay_exp2(glast_s[d0 + d + c] - g);  // the w/u stage's kg
+      }
+      const int64_t t = chunk.start + i;
+      detail::store16(in->qg, t, h, d0 + d, detail::pack8<E>(qg));
+      detail::store16(w_out, t, h, d0 + d, detail::pack8<E>(rhs));
+      detail::store16(kg_out, t, h, d0 + d, detail::pack8<E>(kg));
     }
   };
   SliceRegs next;
   load_slice(0, next);
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
     __syncthreads();  // the previous slice is consumed
-    store_slice(next);
+    store_slice(next, d0);
     if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
     __syncthreads();
+    if constexpr (kFromInputs) {
+      form_gate_sum(d0);
+      __syncthreads();
+      write_slice_outputs(d0);
+    }
     // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and one row group grp = t / 8, so the loops
     // have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two channels
     // wide. With 16 groups (NVIDIA: 128 threads) every group makes one L row and one row of the diagonal quarter per

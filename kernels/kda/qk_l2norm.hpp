@@ -53,11 +53,9 @@ qk_l2norm_vec_kernel(TensorView q, TensorView k, MutableTensorView q_out, Mutabl
   const int h = valid ? static_cast<int>(row % num_heads) : 0;
   float x[8] = {};
   if (valid) detail::load8<E>(in, t, h, d, x);
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int c = 0; c < 8; ++c) sum_sq += x[c] * x[c];
+  float sum_sq = detail::sum_squares8(x);
   for (int mask = kLanesPerRow / 2; mask > 0; mask /= 2) sum_sq += shfl_xor(sum_sq, mask);
-  const float inv_norm = 1.0f / sqrtf(sum_sq + 1e-6f);
+  const float inv_norm = detail::l2_inv_norm(sum_sq);
 #pragma unroll
   for (int c = 0; c < 8; ++c) x[c] *= inv_norm;
   if (valid) detail::store16(out, t, h, d, detail::pack8<E>(x));

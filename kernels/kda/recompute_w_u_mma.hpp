@@ -43,8 +43,11 @@ constexpr size_t recompute_w_u_mma_shared_bytes() {
 // go to shared memory by asynchronous copies when the block starts (v must then be vector_aligned); otherwise pass
 // 1 loads them, 16 bytes at a time when v_vector, else per element. kGroup: right-hand-side units whose loads are
 // issued together (fewer registers when smaller; the results are the same). With beta_ready, beta_s already holds
-// the activated betas of the chunk's rows (zeros past it).
-template <typename E, int BT, int K, int V, bool kStageV, bool kTinvShared, int kGroupMax, typename TinvRow4>
+// the activated betas of the chunk's rows (zeros past it). kRhsInW (the fused prepare from raw inputs): p.w already
+// holds w's right-hand side round(beta k exp2 G) for the chunk's rows and kg is already written, so pass 0 reads
+// p.w instead of k and G (then overwrites it with w), and neither p.G nor glast_s is used.
+template <typename E, int BT, int K, int V, bool kStageV, bool kTinvShared, int kGroupMax, bool kRhsInW = false,
+          typename TinvRow4>
 __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const detail::ChunkCoords& chunk, int h,
                                                uint16_t* smem, float* beta_s, bool beta_ready, float* glast_s,
                                                TinvRow4 tinv_row4, bool v_vector) {
@@ -84,7 +87,9 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     tv[x] = e < BT * BT / 4 && i < chunk.length ? tinv_row4(i, j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   // G of the last row and beta load while the Tinv loads are in flight.
-  for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
+  if constexpr (!kRhsInW) {
+    for (int d = threadIdx.x; d < K; d += kThreads) glast_s[d] = p.G[row_of(chunk.length - 1) * K + d];
+  }
   if (!beta_ready) {
     for (int i = threadIdx.x; i < BT; i += kThreads) {
       beta_s[i] = i < chunk.length ? detail::activate_beta(detail::load_scalar(p.beta, p.beta_type, chunk.start + i,
@@ -121,7 +126,17 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     constexpr int kPerThread = (kUnitsMax + kThreads - 1) / kThreads;
     constexpr int kGroup = kPerThread < kGroupMax ? kPerThread : kGroupMax;
     const int units = BT * dim / 8;
-    for (int x0 = 0; x0 < kPerThread; x0 += kGroup) {
+    if (kRhsInW && pass == 0) {
+      // Written by this block's own threads before a barrier: plain loads (never the non-coherent read-only path).
+      for (int u = threadIdx.x; u < units; u += kThreads) {
+        const int j = u / (K / 8), d = (u % (K / 8)) * 8;
+        const uint16_t* src = static_cast<const uint16_t*>(p.w.data) + (chunk.start + j) * p.w.token_stride +
+                              int64_t(h) * p.w.head_stride + d;
+        *reinterpret_cast<uint4*>(&rhs_s[j * kLdR + d]) =
+            j < chunk.length ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    for (int x0 = 0; x0 < kPerThread && !(kRhsInW && pass == 0); x0 += kGroup) {
       float x_in[kGroup][8], g_in[kGroup][8];
 #pragma unroll
       for (int x = 0; x < kGroup; ++x) {

@@ -27,7 +27,8 @@ struct StateRecurrenceParams {
   const void* w = nullptr;    // [T,H,K] I/O type, contiguous
   const void* u = nullptr;    // [T,H,V]
   const void* kg = nullptr;   // [T,H,K]
-  const float* G = nullptr;   // [T,H,K]
+  const float* G = nullptr;   // [T,H,K], read at each chunk's last row; unused when G_last is set
+  const float* G_last = nullptr;  // [NT_grid,H,K]: G of each chunk's last row (the fused prepare writes it), or null
   int num_heads = 0, head_dim_k = 0, head_dim_v = 0;
   const float* initial_state = nullptr;  // pool of states, or null (all start at zero)
   float* final_state = nullptr;          // pool of states, or null (not written)
@@ -128,7 +129,8 @@ __global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRe
       h_out[((gid * p.num_heads + h) * K + d) * p.head_dim_v + v0 + v] = numeric::from_float<E>(s_s[d][v]);
     }
     for (int d = threadIdx.x; d < K; d += kStateThreads) {
-      glast_s[d] = p.G[((start + length - 1) * p.num_heads + h) * K + d];
+      glast_s[d] = p.G_last != nullptr ? p.G_last[(gid * p.num_heads + h) * K + d]
+                                       : p.G[((start + length - 1) * p.num_heads + h) * K + d];
     }
 
     // v_new = u - w S, one d-slice of w at a time.

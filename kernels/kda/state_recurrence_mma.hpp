@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     uint4 w[kWVecs], kg[kWVecs], u[kUVecs];
     float glast[kGLast];
   };
-  auto load_chunk = [&](int64_t chunk_start, int length, ChunkRegs& r) {
+  auto load_chunk = [&](int64_t chunk_start, int length, int64_t gid, ChunkRegs& r) {
     const uint4 zero = make_uint4(0, 0, 0, 0);
     // Thread t reads rows t / kRowVecs + x * kRowsPerPass at column (t % kRowVecs) * 8: one 64-bit base offset and a
     // fixed stride instead of a full index computation per vector.
@@ -182,7 +182,11 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
 #pragma unroll
     for (int x = 0; x < kGLast; ++x) {
       const int d = threadIdx.x + x * kThreads;
-      r.glast[x] = d < K ? p.G[((chunk_start + length - 1) * p.num_heads + h) * K + d] : 0.0f;
+      if (p.G_last != nullptr) {  // G of the chunk's last row, per chunk (gid checked: a bad table reads nothing)
+        r.glast[x] = d < K && gid >= 0 && gid < nt ? p.G_last[(gid * p.num_heads + h) * K + d] : 0.0f;
+      } else {
+        r.glast[x] = d < K ? p.G[((chunk_start + length - 1) * p.num_heads + h) * K + d] : 0.0f;
+      }
     }
   };
   auto store_chunk = [&](const ChunkRegs& r) {
@@ -231,7 +235,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   };
 
   ChunkRegs next;
-  if (num_chunks > 0) load_chunk(bos, chunk_length(0), next);
+  if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
     if (gid < 0 || gid >= nt) {
@@ -244,7 +248,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
 
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
     store_chunk(next);
-    if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), next);
+    if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       const uint16_t b0 = numeric::from_float<E>(s0).bits, b1 = numeric::from_float<E>(s1).bits;
       if constexpr (m::kAccPairsInRows) {

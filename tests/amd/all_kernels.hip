@@ -13,6 +13,8 @@ int main() {
   s = kda::launch_intra_chunk(kda::IntraChunkArgs{}, nullptr, 0, nullptr);
   s = kda::launch_solve_tril(kda::SolveTrilArgs{}, nullptr, 0, nullptr);
   s = kda::launch_recompute_w_u(kda::RecomputeWuArgs{}, nullptr, 0, nullptr);
+  s = kda::launch_chunk_prepare(kda::IntraChunkArgs{}, kda::RecomputeWuArgs{}, nullptr, 0, nullptr);
+  s = kda::launch_chunk_prepare_inputs(kda::ChunkPrepareInputsArgs{}, nullptr, 0, nullptr);
   s = kda::launch_state_recurrence(kda::StateRecurrenceArgs{}, nullptr, 0, nullptr);
   s = kda::launch_chunk_output(kda::ChunkOutputArgs{}, nullptr, 0, nullptr);
   s = kda::launch_qk_l2norm(kda::QkL2NormArgs{}, nullptr);

@@ -230,33 +230,44 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   KDA_FUZZ_CHECK(ws == l.total);
   KDA_FUZZ_CHECK(i128(ws) < (i128(1) << 62));
   // Derived tables: offsets [N+1] and NT (int32), indices [NT_max,2] (int32).
+  // K, V in {64, 128}: the fused prepare from the raw inputs, whose layout has no G, q_norm, k_norm, Akk or Tinv,
+  // but qg and G_last. Otherwise the staged form.
+  const bool fused = one_of(g.head_dim_k, {64, 128}) && one_of(g.head_dim_v, {64, 128});
+  KDA_FUZZ_CHECK(l.inputs_fused == fused);
+  KDA_FUZZ_CHECK(l.inputs_fused == kda::detail::chunk_kda_inputs_fused_by_shape(a));
+  const i128 staged = fused ? 0 : 1;
   const Region regions[] = {
       {"metadata", l.metadata, tables ? 0 : 4 * (N + 2) + 8 * nt_max},
-      {"G", l.G, T * H * K * 4},
-      {"q_norm", l.q_norm, a.qk_l2norm ? T * H * K * E : 0},
-      {"k_norm", l.k_norm, a.qk_l2norm ? T * H * K * E : 0},
-      {"Akk", l.Akk, a.qk_l2norm ? 0 : T * H * BT * 4},  // on chip when q, k are the normalised copies
+      {"G", l.G, staged * T * H * K * 4},
+      {"q_norm", l.q_norm, a.qk_l2norm ? staged * T * H * K * E : 0},
+      {"k_norm", l.k_norm, a.qk_l2norm ? staged * T * H * K * E : 0},
+      {"Akk", l.Akk, a.qk_l2norm ? 0 : staged * T * H * BT * 4},  // on chip when q, k are the normalised copies
       {"Aqk", l.Aqk, T * H * BT * 4},
-      {"Tinv", l.Tinv, l.tinv_in_memory ? T * H * BT * 4 : 0},  // on chip when the prepare launch is fused
+      {"Tinv", l.Tinv, staged * T * H * BT * 4},
       {"w", l.w, T * H * K * E},
       {"u", l.u, T * H * V * E},
       {"kg", l.kg, T * H * K * E},
+      {"qg", l.qg, (1 - staged) * T * H * K * E},
       {"v_new", l.v_new, T * H * V * E},
       {"h", l.h, grid * H * K * V * E},
+      {"G_last", l.G_last, (1 - staged) * grid * H * K * 4},
   };
   // Akk and Tinv may lack memory only where the launches are sure to keep them on chip.
-  KDA_FUZZ_CHECK(l.tinv_in_memory == !kda::detail::chunk_kda_prepare_fused_by_shape(a));
-  KDA_FUZZ_CHECK(l.akk_in_memory == !a.qk_l2norm);
-  if (!l.tinv_in_memory || !l.akk_in_memory) {
+  KDA_FUZZ_CHECK(l.tinv_in_memory == !fused);
+  KDA_FUZZ_CHECK(l.akk_in_memory == (!fused && !a.qk_l2norm));
+  {
     // Fake but 256-byte-aligned data pointers: only the views' alignment decides which launches run.
     kda::ChunkKdaArgs b = a;
     b.q.data = b.k.data = b.v.data = reinterpret_cast<const void*>(uintptr_t(1) << 20);
     const kda::detail::ChunkKdaStageArgs s =
         kda::detail::chunk_kda_stage_args(b, b.geometry, reinterpret_cast<void*>(uintptr_t(1) << 30));
-    const bool fused = kda::chunk_prepare_fused(s.intra, s.wu);
-    if (!l.tinv_in_memory) KDA_FUZZ_CHECK(fused);
-    if (!l.akk_in_memory) KDA_FUZZ_CHECK(fused || kda::intra_chunk_keeps_akk_on_chip(s.intra));
-    KDA_FUZZ_CHECK(s.intra.Akk == nullptr || l.akk_in_memory);
+    KDA_FUZZ_CHECK(s.inputs_fused == fused);
+    if (!fused) {  // the staged form must never skip a buffer a launch it may run needs
+      const bool prepare_fused = kda::chunk_prepare_fused(s.intra, s.wu);
+      KDA_FUZZ_CHECK(l.tinv_in_memory || prepare_fused);
+      if (!l.akk_in_memory) KDA_FUZZ_CHECK(prepare_fused || kda::intra_chunk_keeps_akk_on_chip(s.intra));
+      KDA_FUZZ_CHECK(s.intra.Akk == nullptr || l.akk_in_memory);
+    }
   }
   for (const Region& r : regions) {
     KDA_FUZZ_CHECK(r.offset % kda::detail::kWorkspaceAlignment == 0);

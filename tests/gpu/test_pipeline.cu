@@ -3,7 +3,9 @@
 // hostile-but-finite inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "device_problem.hpp"
@@ -165,24 +167,28 @@ TEST(ChunkKdaAccuracy, ChunkSize32AndStoredGateAndBetaIn16Bit) {
 // Bit identity between metadata paths, and determinism
 // ---------------------------------------------------------------------------------------------------------------
 
-// Byte ranges of the workspace that hold stage intermediates (the h rows past NT exist only in derived mode).
-std::vector<std::pair<const char*, std::pair<size_t, size_t>>> intermediate_ranges(const DeviceProblem& dp) {
-  const auto l = detail::chunk_kda_workspace_layout(dp.args);
+// Byte ranges of the workspace that hold stage intermediates (the h rows past NT exist only in derived mode), for
+// the layout of `path`.
+std::vector<std::pair<const char*, std::pair<size_t, size_t>>> intermediate_ranges(
+    const DeviceProblem& dp, detail::ChunkKdaPath path = detail::ChunkKdaPath::kAuto) {
+  const auto l = detail::chunk_kda_workspace_layout(dp.args, path);
   const auto& p = dp.problem;
-  const size_t T = p.T, H = p.H, K = p.K, V = p.V, E = 2, BT = dp.options.chunk_size;
+  const size_t T = p.T, H = p.H, K = p.K, V = p.V, E = 2, BT = dp.options.chunk_size, NT = dp.num_chunks;
+  std::vector<std::pair<const char*, std::pair<size_t, size_t>>> r = {
+      {"Aqk", {l.Aqk, T * H * BT * 4}}, {"w", {l.w, T * H * K * E}},         {"u", {l.u, T * H * V * E}},
+      {"kg", {l.kg, T * H * K * E}},    {"v_new", {l.v_new, T * H * V * E}}, {"h", {l.h, NT * H * K * V * E}}};
+  if (l.inputs_fused) {  // the fused prepare's own outputs
+    r.push_back({"qg", {l.qg, T * H * K * E}});
+    r.push_back({"G_last", {l.G_last, NT * H * K * 4}});
+    return r;
+  }
   // Akk and Tinv are in memory only where the launches cannot keep them on chip (the prepare launch not fused;
   // then Akk only for unaligned, unnormalised q or k).
-  const auto s = detail::chunk_kda_stage_args(dp.args, dp.args.geometry, dp.workspace.get());
+  const auto s = detail::chunk_kda_stage_args(dp.args, dp.args.geometry, dp.workspace.get(), path);
   const bool akk_written = s.intra.Akk != nullptr, tinv_written = !chunk_prepare_fused(s.intra, s.wu);
-  std::vector<std::pair<const char*, std::pair<size_t, size_t>>> r = {
-      {"G", {l.G, T * H * K * 4}},
-      {"Akk", {l.Akk, akk_written ? T * H * BT * 4 : 0}},
-      {"Aqk", {l.Aqk, T * H * BT * 4}},
-      {"Tinv", {l.Tinv, tinv_written ? T * H * BT * 4 : 0}},
-      {"w", {l.w, T * H * K * E}},
-      {"u", {l.u, T * H * V * E}},
-      {"kg", {l.kg, T * H * K * E}},      {"v_new", {l.v_new, T * H * V * E}},
-      {"h", {l.h, size_t(dp.num_chunks) * H * K * V * E}}};
+  r.push_back({"G", {l.G, T * H * K * 4}});
+  r.push_back({"Akk", {l.Akk, akk_written ? T * H * BT * 4 : 0}});
+  r.push_back({"Tinv", {l.Tinv, tinv_written ? T * H * BT * 4 : 0}});
   if (p.qk_l2norm) {
     r.push_back({"q_norm", {l.q_norm, T * H * K * E}});
     r.push_back({"k_norm", {l.k_norm, T * H * K * E}});
@@ -240,6 +246,104 @@ TEST(ChunkKdaBitIdentity, RunToRunDeterministic) {
       EXPECT_EQ(r1.state_bytes, first->state_out.download_bytes()) << b.name << " " << mode_name(mode);
     }
   }
+}
+
+// chunk_kda_fwd's fused prepare (K, V in {64, 128}: l2norm, gate and the prepare in one launch from the raw inputs)
+// against its stage-by-stage form on the same inputs: o, the final state and every intermediate both keep (Aqk, w,
+// u, kg, v_new, h) must be the same bits, and G_last must be the staged G at each chunk's last row.
+TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
+  ASSERT_TRUE(have_gpu());
+  uint64_t seed = 1300;
+  for (const Batch& b : batch_kinds()) {
+    for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound, GateKind::kPrecomputed}) {
+      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
+        if (gate != GateKind::kSoftplus && g_type != ScalarType::kFloat32) continue;
+        const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
+        DeviceProblemOptions opt;
+        opt.g_type = g_type;
+        std::unique_ptr<DeviceProblem> dp;
+        const RunResult fused = run_once(p, opt, &dp);
+        ASSERT_NE(dp, nullptr);
+        const std::string what = b.name + " gate " + std::to_string(int(gate)) + " g_type " +
+                                 std::to_string(int(g_type));
+        ASSERT_TRUE(detail::chunk_kda_workspace_layout(dp->args).inputs_fused) << what;
+        const std::vector<uint8_t> fused_ws = dp->workspace.download_bytes();
+
+        const size_t staged_bytes = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged).total;
+        DeviceBuffer staged(staged_bytes);
+        ASSERT_NE(staged.get(), nullptr);
+        KDA_ASSERT_OK(detail::chunk_kda_fwd_on_path(dp->args, staged.get(), staged_bytes, nullptr,
+                                                    detail::ChunkKdaPath::kStaged));
+        KDA_ASSERT_RT(hipDeviceSynchronize());
+        EXPECT_EQ(fused.o_bytes, dp->o.download_bytes()) << what << ": o";
+        EXPECT_EQ(fused.state_bytes, dp->state_out.download_bytes()) << what << ": final state";
+        const std::vector<uint8_t> staged_ws = staged.download_bytes();
+        const auto fr = intermediate_ranges(*dp);
+        const auto sr = intermediate_ranges(*dp, detail::ChunkKdaPath::kStaged);
+        for (const char* name : {"Aqk", "w", "u", "kg", "v_new", "h"}) {
+          auto find = [&](const auto& ranges) {
+            return std::find_if(ranges.begin(), ranges.end(), [&](const auto& x) { return std::string(x.first) == name; })
+                ->second;
+          };
+          const auto a = find(fr), c = find(sr);
+          ASSERT_EQ(a.second, c.second) << name;
+          EXPECT_EQ(0, std::memcmp(fused_ws.data() + a.first, staged_ws.data() + c.first, a.second))
+              << what << ": intermediate " << name << " differs";
+        }
+        // G_last of chunk c (global id, in sequence order) = staged G at the chunk's last token.
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args);
+        const auto sl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged);
+        const size_t H = p.H, K = p.K, BT = 64;
+        size_t chunk = 0, mismatches = 0;
+        for (size_t n = 0; n + 1 < b.cu.size(); ++n) {
+          for (int64_t start = b.cu[n]; start < b.cu[n + 1]; start += BT, ++chunk) {
+            const int64_t last = std::min<int64_t>(start + BT, b.cu[n + 1]) - 1;
+            mismatches += std::memcmp(fused_ws.data() + fl.G_last + chunk * H * K * 4,
+                                      staged_ws.data() + sl.G + size_t(last) * H * K * 4, H * K * 4) != 0;
+          }
+        }
+        EXPECT_EQ(chunk, size_t(dp->num_chunks)) << what;
+        EXPECT_EQ(mismatches, 0u) << what << ": G_last differs from the staged G at chunks' last rows";
+      }
+    }
+  }
+}
+
+// The fused prepare reads q, k, v and g through views that are not 16-byte aligned (per-element loads): the same
+// bits as contiguous inputs.
+TEST(ChunkKdaFeatures, UnalignedViewsGiveTheSameBits) {
+  ASSERT_TRUE(have_gpu());
+  const Batch b{"unaligned", {0, 130, 333}, 4, 128, 64};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 21);
+  const RunResult want = run_once(p, {});
+  // One token row = [pad | q heads | k heads | v heads], an odd number of elements: no row starts 16-byte aligned.
+  const int H = p.H, K = p.K, V = p.V;
+  const int64_t row = int64_t(H) * (2 * K + V) + 1;
+  std::vector<float> packed(size_t(p.T) * row + 1, 0.0f);
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int h = 0; h < H; ++h) {
+      std::copy_n(p.q.begin() + (t * H + h) * K, K, packed.begin() + 1 + t * row + h * K);
+      std::copy_n(p.k.begin() + (t * H + h) * K, K, packed.begin() + 1 + t * row + H * K + h * K);
+      std::copy_n(p.v.begin() + (t * H + h) * V, V, packed.begin() + 1 + t * row + 2 * H * K + h * V);
+    }
+  // g as fp32 rows of H*K + 1 values, starting one element in.
+  const int64_t g_row = int64_t(H) * K + 1;
+  std::vector<float> g_packed(size_t(p.T) * g_row + 1, 0.0f);
+  for (int64_t t = 0; t < p.T; ++t)
+    std::copy_n(p.g.begin() + t * H * K, H * K, g_packed.begin() + 1 + t * g_row);
+  DeviceBuffer d_packed = upload_dtype(packed, p.io_dtype);
+  DeviceBuffer d_g = upload_floats(g_packed);
+  auto dp = make_device_problem(p, {});
+  ASSERT_NE(dp, nullptr);
+  const char* base = d_packed.as<char>() + 2;
+  dp->args.q = TensorView{base, row, K};
+  dp->args.k = TensorView{base + size_t(H) * K * 2, row, K};
+  dp->args.v = TensorView{base + size_t(2) * H * K * 2, row, V};
+  dp->args.g = TensorView{d_g.as<char>() + 4, g_row, K};
+  KDA_ASSERT_OK(run_chunk_kda(*dp));
+  KDA_ASSERT_RT(hipDeviceSynchronize());
+  EXPECT_EQ(want.o_bytes, dp->o.download_bytes());
+  EXPECT_EQ(want.state_bytes, dp->state_out.download_bytes());
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -433,6 +433,45 @@ TEST(StagesValidation, ChunkPrepareRefusesWhatItCannotRun) {
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
+// launch_chunk_prepare_inputs refuses before enqueuing anything: K or V outside {64, 128}, outputs it cannot move 16
+// bytes at a time, a missing Aqk or G_last, and bad gate or input arguments.
+TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  const int K = bed.p.K, V = bed.p.V, H = bed.p.H;
+  ChunkPrepareInputsArgs a;
+  a.geometry = geometry(bed.p, bed.BT, *bed.m);
+  a.q = contiguous_view(static_cast<const void*>(bed.slice(0)), H, K);
+  a.k = contiguous_view(static_cast<const void*>(bed.slice(1)), H, K);
+  a.v = contiguous_view(static_cast<const void*>(bed.slice(2)), H, V);
+  a.g = contiguous_view(static_cast<const void*>(bed.slice(3)), H, K);
+  a.beta = TensorView{bed.slice(5), int64_t(H), 1};
+  a.gate = GateKind::kLowerBound;
+  a.Aqk = reinterpret_cast<float*>(bed.slice(6));
+  a.w = contiguous_view(bed.slice(7), H, K);
+  a.u = contiguous_view(bed.slice(8), H, V);
+  a.kg = contiguous_view(bed.slice(9), H, K);
+  a.qg = contiguous_view(bed.slice(10), H, K);
+  a.G_last = reinterpret_cast<float*>(bed.slice(11));
+  ASSERT_TRUE(detail::validate_chunk_prepare_inputs(a).is_ok());
+  ChunkPrepareInputsArgs b = a;
+  b.geometry.head_dim_k = 256;
+  EXPECT_EQ(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr).code(), StatusCode::kUnsupported) << "K = 256";
+  b = a;
+  b.qg.data = bed.slice(10) + 2;
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "not vector_aligned", "qg unaligned");
+  b = a;
+  b.G_last = nullptr;
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "Aqk/G_last: null", "no G_last");
+  b = a;
+  b.gate = GateKind::kSoftplus;
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "A_log: required", "softplus without A_log");
+  b = a;
+  b.g = TensorView{};
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "g: null", "no g");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
 // A forced V-tile width or warp count the kernels do not have is refused before anything is enqueued.
 TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   ASSERT_TRUE(have_gpu());

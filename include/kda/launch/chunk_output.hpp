@@ -17,6 +17,7 @@ struct ChunkOutputArgs {
   const void* v_new = nullptr;  // [T,H,V] from state_recurrence
   float scale = 0.0f;           // 0 = K^-0.5
   MutableTensorView o;          // out [T,H,V]
+  bool q_gated = false;         // q already holds round(q exp2 G) (chunk_prepare_inputs' qg): G is not read
 };
 
 inline size_t chunk_output_workspace_size(const ChunkOutputArgs& a) {
@@ -32,6 +33,7 @@ inline Status enqueue_chunk_output(const ChunkOutputArgs& a, const ResolvedChunk
   p.chunks = chunks.table;
   p.q = a.q;
   p.G = a.G;
+  p.q_gated = a.q_gated;
   p.h = a.h;
   p.Aqk = a.Aqk;
   p.v_new = a.v_new;
@@ -78,7 +80,8 @@ inline Status launch_chunk_output(const ChunkOutputArgs& a, void* workspace, siz
   KDA_REQUIRE(!detail::views_overlap(a.o.data, a.o.token_stride, a.o.head_stride, g.head_dim_v, dtype_size(g.dtype),
                                      a.q.data, a.q.token_stride, a.q.head_stride, g.head_dim_k, dtype_size(g.dtype), g),
               "o: overlaps q, which the output stage reads while writing o");
-  KDA_REQUIRE((a.G && a.h && a.Aqk && a.v_new) || g.metadata.total_tokens == 0, "G/h/Aqk/v_new: null");
+  KDA_REQUIRE(((a.G || a.q_gated) && a.h && a.Aqk && a.v_new) || g.metadata.total_tokens == 0,
+              "G/h/Aqk/v_new: null");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.h, a.Aqk, a.v_new), "G/h/Aqk/v_new: not 16-byte aligned");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));

@@ -34,6 +34,9 @@ struct StateRecurrenceArgs {
   // Warps per block of the matrix-unit kernel: 0 = the launcher's choice (detail::state_warps); 4 or 8 forces it
   // (tests, tuning; 8 needs a V-tile of 32 or 64 columns). Every choice gives bit-identical results.
   int warps = 0;
+  // G of each chunk's last row, [NT_grid,H,K] fp32 by global chunk id, as chunk_prepare_inputs writes it: when set,
+  // G is not read (and may be null).
+  const float* G_last = nullptr;
 };
 
 namespace detail {
@@ -133,6 +136,7 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   p.u = a.u;
   p.kg = a.kg;
   p.G = a.G;
+  p.G_last = a.G_last;
   p.num_heads = g.num_heads;
   p.head_dim_k = g.head_dim_k;
   p.head_dim_v = g.head_dim_v;
@@ -167,9 +171,10 @@ inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* worksp
   KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(a));
   KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
               "num_sequences*num_heads: too many state blocks");
-  const bool have = a.w && a.u && a.kg && a.G && a.h && a.v_new;
+  const bool have = a.w && a.u && a.kg && (a.G || a.G_last) && a.h && a.v_new;
   KDA_REQUIRE(have || g.metadata.total_tokens == 0, "w/u/kg/G/h/v_new: null");
-  KDA_REQUIRE(detail::intermediates_aligned(a.w, a.u, a.kg, a.G, a.h, a.v_new), "w/u/kg/G/h/v_new: not 16-byte aligned");
+  KDA_REQUIRE(detail::intermediates_aligned(a.w, a.u, a.kg, a.G, a.G_last, a.h, a.v_new),
+              "w/u/kg/G/G_last/h/v_new: not 16-byte aligned");
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_state_recurrence(a, chunks, stream);

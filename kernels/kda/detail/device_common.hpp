@@ -77,6 +77,34 @@ __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t,
   }
 }
 
+// The 8 consecutive 16-bit elements (t, h, d .. d+7) as raw bits: one 16-byte load when `vector` (the view is
+// vector_aligned), else 8 element loads.
+__device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int h, int d) {
+  if (vector) return load16(view, t, h, d);
+  const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  return make_uint4(uint32_t(base[0]) | uint32_t(base[1]) << 16, uint32_t(base[2]) | uint32_t(base[3]) << 16,
+                    uint32_t(base[4]) | uint32_t(base[5]) << 16, uint32_t(base[6]) | uint32_t(base[7]) << 16);
+}
+
+// Elements (t, h, d .. d+7) of a view whose element type is known only at run time, as floats: 16-byte loads when
+// `vector` (scalar_vector_aligned on the host, d a multiple of 8), else per element.
+__device__ inline void load_scalar8(TensorView view, ScalarType type, bool vector, int64_t t, int h, int d,
+                                    float out[8]) {
+  const int64_t off = t * view.token_stride + int64_t(h) * view.head_stride + d;
+  if (vector && type == ScalarType::kFloat32) {
+    load8(static_cast<const float*>(view.data) + off, out);
+  } else if (vector) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(view.data) + off);
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      out[c] = type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c]) : numeric::fp16_to_float(bits[c]);
+  } else {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) out[c] = load_scalar(view, type, t, h, d + c);
+  }
+}
+
 // Rounds v to E and stores it at (t, h, d) of a mutable view.
 template <typename E>
 __device__ inline void store_elem(MutableTensorView view, int64_t t, int h, int d, float v) {
@@ -136,6 +164,20 @@ __device__ inline float activate_beta(float raw, BetaActivation act) {
     default: return raw;
   }
 }
+
+// One step of the chunk-local gate sum. __fadd_rn is never fused with the gate's last multiply into an FMA, so every
+// kernel that forms G (the gate stage, the fused prepare) gets the same bits whatever the compiler contracts.
+__device__ inline float gate_cumsum_add(float cumulative, float gate) { return __fadd_rn(cumulative, gate); }
+
+// The l2norm pre-step's arithmetic, shared by qk_l2norm_vec_kernel and the fused prepare so that both give the same
+// bits: a row's sum of squares is formed 8 channels at a time (explicit FMAs), then over lanes by a butterfly.
+__device__ inline float sum_squares8(const float x[8]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) s = fmaf(x[c], x[c], s);
+  return s;
+}
+__device__ inline float l2_inv_norm(float sum_sq) { return 1.0f / sqrtf(sum_sq + 1e-6f); }
 
 // Per-element natural-log gate of KDA_SPEC §1.1 from x = raw + dt_bias.
 //   a_log_exp = exp(A_log[h]) (1 when A_log is absent, lower-bound gate only).

@@ -1,0 +1,122 @@
+// Launcher: chunk_kda_fwd's first launch when K and V are 64 or 128 (chunk_prepare_inputs_mma_kernel in
+// kernels/kda/chunk_prepare_mma.hpp). From the raw q, k, v, g and beta it writes everything the state and output
+// stages read: Aqk, w, u, kg, qg = round(q exp2 G) and G_last, the G of each chunk's last row. The l2norm and gate
+// stages are folded in, so neither the normalised q, k nor G ever reach memory. Each output is bit-identical to the
+// stage pipeline's (launch_qk_l2norm, launch_gate_cumsum, launch_chunk_prepare, and the output stage's own qg).
+#pragma once
+
+#include "kda/chunk_prepare_mma.hpp"
+#include "kda/launch/gate_cumsum.hpp"
+#include "kda/launch/intra_chunk.hpp"
+#include "kda/launch/recompute_w_u.hpp"
+
+namespace kda {
+
+struct ChunkPrepareInputsArgs {
+  StageGeometry geometry;          // K and V in {64, 128}
+  TensorView q, k, v;              // raw [T,H,K], [T,H,K], [T,H,V] in the I/O dtype, any strides
+  TensorView g;                    // raw gate [T,H,K]
+  ScalarType g_type = ScalarType::kFloat32;
+  TensorView beta;                 // raw beta [T,H]
+  ScalarType beta_type = ScalarType::kFloat32;
+  GateKind gate = GateKind::kSoftplus;
+  const float* A_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [H*K]
+  float lower_bound = -5.0f;
+  BetaActivation beta_activation = BetaActivation::kSigmoid;
+  bool qk_l2norm = true;
+  float scale = 0.0f;              // 0 = K^-0.5
+  float* Aqk = nullptr;            // out [T,H,BT] fp32
+  MutableTensorView w, u, kg, qg;  // out [T,H,K], [T,H,V], [T,H,K], [T,H,K] in the I/O dtype, vector_aligned
+  float* G_last = nullptr;         // out [NT_grid,H,K] fp32, by global chunk id (the state stage's G_last)
+};
+
+inline size_t chunk_prepare_inputs_workspace_size(const ChunkPrepareInputsArgs& a) {
+  return detail::derived_metadata_bytes(a.geometry.metadata, a.geometry.chunk_size);
+}
+
+namespace detail {
+
+// Whether a view whose element type is known only at run time can be read 16 bytes at a time.
+inline bool scalar_vector_aligned(const TensorView& v, ScalarType type) {
+  const int64_t elems = type == ScalarType::kFloat32 ? 4 : 8;
+  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.token_stride % elems == 0 && v.head_stride % elems == 0;
+}
+
+inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
+  const StageGeometry& g = a.geometry;
+  KDA_RETURN_IF_ERROR(validate_geometry(g));
+  KDA_RETURN_IF_ERROR(validate_gate(a.gate, a.A_log, a.lower_bound));
+  if (!mma_head_dims(g.head_dim_k, g.head_dim_v)) {
+    return unsupported("head_dim_k/head_dim_v: chunk_prepare_inputs needs K and V in {64, 128}");
+  }
+  KDA_REQUIRE(view_ok(a.q, g, g.head_dim_k), "q: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.k, g, g.head_dim_k), "k: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.v, g, g.head_dim_v), "v: null or overlapping strides");
+  KDA_REQUIRE(view_ok(a.g, g, g.head_dim_k), "g: null or overlapping strides");
+  KDA_REQUIRE(scalar_view_ok(a.beta, g), "beta: null or overlapping strides");
+  KDA_REQUIRE(scalar_type_ok(a.g_type), "g_type: unknown ScalarType");
+  KDA_REQUIRE(scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
+  KDA_REQUIRE(beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
+  KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
+  KDA_REQUIRE(view_ok(a.w, g, g.head_dim_k) && view_ok(a.u, g, g.head_dim_v) && view_ok(a.kg, g, g.head_dim_k) &&
+                  view_ok(a.qg, g, g.head_dim_k),
+              "w/u/kg/qg: null or overlapping strides");
+  KDA_REQUIRE(vector_aligned(a.w) && vector_aligned(a.u) && vector_aligned(a.kg) && vector_aligned(a.qg),
+              "w/u/kg/qg: not vector_aligned (16-byte base, strides multiples of 8 elements)");
+  KDA_REQUIRE((a.Aqk != nullptr && a.G_last != nullptr) || g.metadata.total_tokens == 0, "Aqk/G_last: null");
+  KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last), "Aqk/G_last: not 16-byte aligned");
+  return Status();
+}
+
+// Enqueues the kernel on already-resolved chunk tables; no validation (the launcher below and chunk_kda_fwd
+// validate).
+inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, const ResolvedChunks& chunks,
+                                           hipStream_t stream) {
+  const StageGeometry& g = a.geometry;
+  if (chunks.grid_chunks == 0) return Status();
+  // The two stages' parameters, on the raw q and k and without G (the kernel forms them itself).
+  const kernels::IntraChunkParams ip = intra_chunk_params(
+      IntraChunkArgs{g, a.q, a.k, a.beta, a.beta_type, a.beta_activation, nullptr, a.scale, nullptr, a.Aqk, nullptr},
+      chunks);
+  const kernels::RecomputeWuParams wp = recompute_w_u_params(
+      RecomputeWuArgs{g, a.k, a.v, a.beta, a.beta_type, a.beta_activation, nullptr, nullptr, a.w, a.u, a.kg}, chunks);
+  kernels::PrepareInputsParams in;
+  in.qk_l2norm = a.qk_l2norm;
+  in.qk_vector = vector_aligned(a.q) && vector_aligned(a.k);
+  in.g = a.g;
+  in.g_type = a.g_type;
+  in.g_vector = scalar_vector_aligned(a.g, a.g_type);
+  in.A_log = a.A_log;
+  in.dt_bias = a.dt_bias;
+  in.gate = a.gate;
+  in.lower_bound = a.lower_bound;
+  in.qg = a.qg;
+  in.G_last = a.G_last;
+  const bool v_vector = vector_aligned(a.v);
+  return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value;
+    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
+    dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
+      constexpr int K = decltype(k)::value, V = decltype(v)::value;
+      kernels::chunk_prepare_inputs_mma_kernel<E, BT, K, V>
+          <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, in, v_vector);
+    });
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+
+}  // namespace detail
+
+inline Status launch_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, void* workspace, size_t workspace_bytes,
+                                          hipStream_t stream) {
+  KDA_RETURN_IF_ERROR(detail::validate_chunk_prepare_inputs(a));
+  const StageGeometry& g = a.geometry;
+  detail::ResolvedChunks chunks;
+  KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
+  return detail::enqueue_chunk_prepare_inputs(a, chunks, stream);
+}
+
+}  // namespace kda
