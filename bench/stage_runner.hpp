@@ -88,6 +88,14 @@ class StageRunner {
     wu_ = s.wu;
     wu_.Tinv = tinv;
     state_ = fused.state;  // chunk_kda_fwd's own state and output launches
+    // chunk_kda_fwd writes v_new over u; here the state stage writes a buffer of its own, so that back-to-back calls
+    // all read the u that the prepare launch made.
+    if (scratch_.is_ok()) {
+      const size_t v_bytes = size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
+                             size_t(a.geometry.head_dim_v) * size_t(dtype_size(a.geometry.dtype));
+      scratch_ = runtime_status(v_new_.allocate(v_bytes));
+      state_.v_new = v_new_.get();
+    }
     state_.v_tile = bench_options().state_v_tile;
     state_.warps = bench_options().state_warps;
     out_ = fused.output;
@@ -137,6 +145,7 @@ class StageRunner {
   ChunkPrepareInputsArgs prepare_inputs_;  // chunk_kda_fwd's first launch
   bool inputs_fused_ = false;
   DeviceBuffer staged_;  // the staged form's workspace, when chunk_kda_fwd runs the fused one
+  DeviceBuffer v_new_;   // the state stage's v_new (chunk_kda_fwd's is u's buffer)
   StateRecurrenceArgs state_;
   ChunkOutputArgs out_;
   void* meta_ws_ = nullptr;

@@ -110,7 +110,9 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
   l.u = take(T * H * V * E);
   l.kg = take(T * H * K * E);
   l.qg = take(l.inputs_fused ? T * H * K * E : 0);
-  l.v_new = take(T * H * V * E);
+  // v_new is written over u: the state kernels read each u row of a (sequence, head, V-tile) before they write that
+  // row's v_new, and nothing reads u afterwards.
+  l.v_new = l.u;
   l.h = take(grid_chunks * H * K * V * E);
   l.G_last = take(l.inputs_fused ? grid_chunks * H * K * sizeof(float) : 0);
   l.total = at;

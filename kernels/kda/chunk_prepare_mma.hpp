@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   constexpr size_t kBytes = size_t(IntraL::kWorkBytes) > WuL::kBytes ? size_t(IntraL::kWorkBytes) : WuL::kBytes;
   __shared__ __align__(16) unsigned char smem[kBytes];
   __shared__ float beta_s[BT];
-  __shared__ __align__(16) float inputs_s[2 * BT + 2 * K];  // inverse row norms of q, k; G_last; dt_bias
+  __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];  // see intra_chunk_mma_block
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;

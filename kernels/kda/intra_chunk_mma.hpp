@@ -83,7 +83,8 @@ __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) 
 // chunk-local sum), and the block writes that slice of in->qg, of kg (to kg_out), of w's right-hand side
 // round(beta k exp2 G) (to w_out, where the w/u part reads it back) and of in->G_last. inputs_s: inverse norms of
 // the q rows [BT] and k rows [BT] (filled by qk_row_inv_norms when in->qk_l2norm), then G of the last row [K]
-// (written here) and dt_bias [K] (filled by the caller, zeros without one).
+// (written here), dt_bias [K] (filled by the caller, zeros without one) and the gate sum's segment totals
+// [BT / kGateSumSegment x 16] (PrepareInputsShared<BT, K>::kFloats in all).
 template <typename E, int BT, bool kFromInputs = false>
 __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const detail::ChunkCoords& chunk, int h,
                                              unsigned char* smem, float* beta_s, bool invert,
@@ -219,7 +220,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       detail::unpack8<E>(r.q[x], qv);
       detail::unpack8<E>(r.k[x], kv);
       if constexpr (kFromInputs) {
-        if (in->qk_l2norm) {  // as qk_l2norm_vec_kernel: scale, then round to the I/O type
+        if (in->qk_l2norm && i < chunk.length) {  // as qk_l2norm_vec_kernel: scale, then round to the I/O type
 #pragma unroll
           for (int c = 0; c < 8; ++c) {
             qv[c] = numeric::round_to<E>(qv[c] * inv_q_s[i]);
@@ -229,12 +230,11 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here.
         const float graw[8] = {r.g[2 * x].x, r.g[2 * x].y, r.g[2 * x].z, r.g[2 * x].w,
                                r.g[2 * x + 1].x, r.g[2 * x + 1].y, r.g[2 * x + 1].z, r.g[2 * x + 1].w};
-        float gv[8];
+        float gv[8] = {};
+        if (i < chunk.length) {  // rows past the chunk: zeros, and no gate work
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          gv[c] = i < chunk.length
-                      ? detail::gate_value(graw[c] + bias_s[d0 + d + c], in->gate, a_log_exp, in->lower_bound)
-                      : 0.0f;
+          for (int c = 0; c < 8; ++c)
+            gv[c] = detail::gate_value(graw[c] + bias_s[d0 + d + c], in->gate, a_log_exp, in->lower_bound);
         }
         *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = make_float4(gv[0], gv[1], gv[2], gv[3]);
         *reinterpret_cast<float4*>(&g_s[i * kLdS + d + 4]) = make_float4(gv[4], gv[5], gv[6], gv[7]);
@@ -257,18 +257,38 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   // per channel walking the rows in order (the gate stage's order and arithmetic), and G of the last row kept in
   // glast_s and written to in->G_last. Then, in the same phase as the factors, this slice of qg, kg and w's
   // right-hand side leaves in 16-byte row segments.
+  // Thread (seg, c) sums segment seg of channel c (detail::kGateSumSegment's order); two barriers: the segment
+  // totals, then G in place (the running sums are formed again rather than held: registers are the bound here).
+  // Rows past the chunk hold zeros and feed no row inside it.
   auto form_gate_sum = [&](int d0) {
-    if (threadIdx.x >= kSlice) return;
-    const int c = threadIdx.x;
-    float cumulative = 0.0f, g_last = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < chunk.length; ++i) {
-      cumulative = detail::gate_cumsum_add(cumulative, g_s[i * kLdS + c]);
-      g_last = cumulative * kRcpLn2;
-      g_s[i * kLdS + c] = g_last;
+    constexpr int kSeg = detail::kGateSumSegment, kSegs = BT / kSeg;
+    static_assert(BT % kSeg == 0 && kSegs * kSlice <= kThreads, "a thread per (segment, channel)");
+    float* seg_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals
+    const int c = threadIdx.x % kSlice, seg = threadIdx.x / kSlice, row0 = seg * kSeg;
+    const bool active = seg < kSegs && row0 < chunk.length;
+    if (active) {
+      float total = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) total = detail::gate_cumsum_add(total, g_s[(row0 + r) * kLdS + c]);
+      seg_s[seg * kSlice + c] = total;
     }
-    glast_s[d0 + c] = g_last;
-    if (chunk.length > 0) in->G_last[(int64_t(blockIdx.x) * p.num_heads + h) * p.head_dim + d0 + c] = g_last;
+    __syncthreads();
+    if (active) {
+      float base = 0.0f, local = 0.0f;
+      for (int k = 0; k < seg; ++k) base = detail::gate_cumsum_add(base, seg_s[k * kSlice + c]);
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) {
+        const int i = row0 + r;
+        if (i >= chunk.length) break;
+        local = detail::gate_cumsum_add(local, g_s[i * kLdS + c]);
+        const float g = detail::gate_cumsum_add(base, local) * kRcpLn2;
+        g_s[i * kLdS + c] = g;
+        if (i == chunk.length - 1) {
+          glast_s[d0 + c] = g;
+          in->G_last[(int64_t(blockIdx.x) * p.num_heads + h) * p.head_dim + d0 + c] = g;
+        }
+      }
+    }
   };
   auto write_slice_outputs = [&](int d0) {
     for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {

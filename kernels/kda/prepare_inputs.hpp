@@ -26,9 +26,17 @@ struct PrepareInputsParams {
   float* G_last = nullptr;         // out [grid chunks,H,K] fp32: G of each chunk's last row (the state's decay)
 };
 
+// Floats of shared memory the fused prepare keeps for these values (intra_chunk_mma_block's inputs_s): inverse row
+// norms of q and k, G of the chunk's last row, dt_bias, and the gate sum's segment totals.
+template <int BT, int K>
+struct PrepareInputsShared {
+  static constexpr int kFloats = 2 * BT + 2 * K + (BT / detail::kGateSumSegment) * 16;
+};
+
 // 1 / |row| for the chunk's BT q rows (inv_s[0, BT)) and BT k rows (inv_s[BT, 2 BT)), exactly as
-// qk_l2norm_vec_kernel<E, K> forms it. Rows past the chunk read zeros (a finite 1 / sqrt(1e-6)). kThreads threads
-// take part; the caller syncs before reading inv_s.
+// qk_l2norm_vec_kernel<E, K> forms it. Passes whose rows all lie past the chunk are skipped (their entries are left
+// as they are: those rows are zeros and never read); the rest read zeros past it. kThreads threads take part; the
+// caller syncs before reading inv_s.
 template <typename E, int BT, int K, int kThreads>
 __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector, const detail::ChunkCoords& chunk,
                                         int h, float* inv_s) {
@@ -40,6 +48,7 @@ __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector,
 #pragma unroll
   for (int p0 = 0; p0 < kPasses; p0 += kGroup) {
     uint4 raw[kGroup];
+    auto pass_used = [&](int x) { return ((p0 + x) * kRowsPerPass) % BT < chunk.length; };  // uniform
 #pragma unroll
     for (int x = 0; x < kGroup; ++x) {
       const int r = (p0 + x) * kRowsPerPass + threadIdx.x / kLanes, i = r % BT;
@@ -48,6 +57,7 @@ __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector,
     }
 #pragma unroll
     for (int x = 0; x < kGroup; ++x) {
+      if (!pass_used(x)) continue;
       float v[8];
       detail::unpack8<E>(raw[x], v);
       float sum_sq = detail::sum_squares8(v);

@@ -37,7 +37,8 @@ struct StateRecurrenceParams {
   const uint8_t* has_initial_state = nullptr;  // [N] or null (all true)
   int64_t state_pool_size = 0;           // slots in the pool(s)
   void* h = nullptr;                     // out [NT,H,K,V] I/O type
-  void* v_new = nullptr;                 // out [T,H,V] I/O type
+  void* v_new = nullptr;                 // out [T,H,V] I/O type; may be exactly u: a block reads each row of its
+                                         // u tile before it writes that row of v_new, and no other block reads it
 };
 
 // Offset of state element (d, v) of (slot, head) in the chosen layout.

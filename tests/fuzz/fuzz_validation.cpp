@@ -248,10 +248,10 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
       {"u", l.u, T * H * V * E},
       {"kg", l.kg, T * H * K * E},
       {"qg", l.qg, (1 - staged) * T * H * K * E},
-      {"v_new", l.v_new, T * H * V * E},
       {"h", l.h, grid * H * K * V * E},
       {"G_last", l.G_last, (1 - staged) * grid * H * K * 4},
   };
+  KDA_FUZZ_CHECK(l.v_new == l.u);  // v_new is written over u (same shape, [T,H,V])
   // Akk and Tinv may lack memory only where the launches are sure to keep them on chip.
   KDA_FUZZ_CHECK(l.tinv_in_memory == !fused);
   KDA_FUZZ_CHECK(l.akk_in_memory == (!fused && !a.qk_l2norm));

@@ -27,7 +27,7 @@ struct StateRecurrenceArgs {
   const float* G = nullptr;  // [T,H,K]
   StateArgs state;
   void* h = nullptr;         // out [NT_grid,H,K,V]: NT rows with tables, ceil(T/BT)+N rows when derived
-  void* v_new = nullptr;     // out [T,H,V]
+  void* v_new = nullptr;     // out [T,H,V]; may be exactly u (each u row is read before its v_new is written)
   // Columns of V per block: 0 = the launcher's choice (detail::state_v_tile); 16, 32 or 64 forces a width (tests,
   // tuning). Every width gives bit-identical results. K = 256 runs the scalar kernel, which takes only 16.
   int v_tile = 0;

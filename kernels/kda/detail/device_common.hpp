@@ -77,13 +77,26 @@ __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t,
   }
 }
 
-// The 8 consecutive 16-bit elements (t, h, d .. d+7) as raw bits: one 16-byte load when `vector` (the view is
-// vector_aligned), else 8 element loads.
-__device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int h, int d) {
-  if (vector) return load16(view, t, h, d);
+// The per-element forms of the two loads below: out of line, so that the cold path for unaligned views does not
+// grow the hot loops' code (instruction-cache misses were ~10 % of a fused kernel's stalls).
+__device__ __noinline__ inline uint4 load16_elementwise(TensorView view, int64_t t, int h, int d) {
   const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
   return make_uint4(uint32_t(base[0]) | uint32_t(base[1]) << 16, uint32_t(base[2]) | uint32_t(base[3]) << 16,
                     uint32_t(base[4]) | uint32_t(base[5]) << 16, uint32_t(base[6]) | uint32_t(base[7]) << 16);
+}
+struct Floats8 {
+  float4 lo, hi;
+};
+__device__ __noinline__ inline Floats8 load_scalar8_elementwise(TensorView view, ScalarType type, int64_t t, int h,
+                                                                int d) {
+  auto at = [&](int c) { return load_scalar(view, type, t, h, d + c); };
+  return Floats8{make_float4(at(0), at(1), at(2), at(3)), make_float4(at(4), at(5), at(6), at(7))};
+}
+
+// The 8 consecutive 16-bit elements (t, h, d .. d+7) as raw bits: one 16-byte load when `vector` (the view is
+// vector_aligned), else 8 element loads.
+__device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int h, int d) {
+  return vector ? load16(view, t, h, d) : load16_elementwise(view, t, h, d);
 }
 
 // Elements (t, h, d .. d+7) of a view whose element type is known only at run time, as floats: 16-byte loads when
@@ -99,9 +112,10 @@ __device__ inline void load_scalar8(TensorView view, ScalarType type, bool vecto
 #pragma unroll
     for (int c = 0; c < 8; ++c)
       out[c] = type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c]) : numeric::fp16_to_float(bits[c]);
-  } else {
-#pragma unroll
-    for (int c = 0; c < 8; ++c) out[c] = load_scalar(view, type, t, h, d + c);
+  } else {  // returned by value: an array passed out of line would have to live in local memory
+    const Floats8 x = load_scalar8_elementwise(view, type, t, h, d);
+    out[0] = x.lo.x, out[1] = x.lo.y, out[2] = x.lo.z, out[3] = x.lo.w;
+    out[4] = x.hi.x, out[5] = x.hi.y, out[6] = x.hi.z, out[7] = x.hi.w;
   }
 }
 
@@ -165,8 +179,12 @@ __device__ inline float activate_beta(float raw, BetaActivation act) {
   }
 }
 
-// One step of the chunk-local gate sum. __fadd_rn is never fused with the gate's last multiply into an FMA, so every
-// kernel that forms G (the gate stage, the fused prepare) gets the same bits whatever the compiler contracts.
+// The chunk-local gate sum's order, which every kernel that forms G (the gate stage, the fused prepare) follows so
+// that they give the same bits: the chunk's rows fall into segments of kGateSumSegment; within a segment a running
+// sum from its first row (local_i), and G_i = RCP_LN2 * (base + local_i), where base is the running sum of the
+// earlier segments' totals. A thread per (segment, channel) can form it, not only a thread walking all the rows.
+// gate_cumsum_add is never fused with the gate's last multiply into an FMA, whatever the compiler contracts.
+constexpr int kGateSumSegment = 8;
 __device__ inline float gate_cumsum_add(float cumulative, float gate) { return __fadd_rn(cumulative, gate); }
 
 // The l2norm pre-step's arithmetic, shared by qk_l2norm_vec_kernel and the fused prepare so that both give the same
