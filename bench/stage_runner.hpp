@@ -40,26 +40,28 @@ class StageRunner {
   // `p` must outlive the runner and must have run chunk_kda_fwd once (so the intermediates hold real values).
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
-    // chunk_kda_fwd's own stage arguments (without its device status word: each launcher here resolves its tables
-    // itself). With K, V in {64, 128} its launches are prepare_inputs, state_recurrence and chunk_output; the
-    // staged form's launches (l2norm, gate_cumsum, prepare) and the stage launchers that prepare fuses
-    // (intra_chunk, solve_tril, intra_solve, recompute_w_u) then run on a staged workspace of the runner's own,
-    // filled once by the staged form of chunk_kda_fwd.
-    const detail::ChunkKdaStageArgs fused = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
-    prepare_inputs_ = fused.prepare_inputs;
-    inputs_fused_ = fused.inputs_fused;
-    void* staged_ws = p.workspace.get();
-    if (inputs_fused_) {
-      const size_t bytes = detail::chunk_kda_workspace_layout(a, detail::ChunkKdaPath::kStaged).total;
-      scratch_ = runtime_status(staged_.allocate(bytes));
-      if (scratch_.is_ok()) {
-        scratch_ = detail::chunk_kda_fwd_on_path(a, staged_.get(), bytes, nullptr, detail::ChunkKdaPath::kStaged);
-      }
+    // Stage arguments without chunk_kda_fwd's device status word (each launcher here resolves its tables itself).
+    // state_recurrence and chunk_output are the launches chunk_kda_fwd itself makes for this batch (in the workspace
+    // it left). prepare_inputs is the fused form's first launch, and l2norm, gate_cumsum and prepare the staged
+    // form's, with the stage launchers that prepare fuses (intra_chunk, solve_tril, intra_solve, recompute_w_u):
+    // each form runs in a workspace of the runner's own, filled once by that form of chunk_kda_fwd, so both are
+    // timed whichever chunk_kda_fwd picks.
+    const detail::ChunkKdaStageArgs own = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
+    auto fill = [&](DeviceBuffer& ws, detail::ChunkKdaPath path) -> void* {
+      const size_t bytes = detail::chunk_kda_workspace_layout(a, path).total;
+      if (scratch_.is_ok()) scratch_ = runtime_status(ws.allocate(bytes));
+      if (scratch_.is_ok()) scratch_ = detail::chunk_kda_fwd_on_path(a, ws.get(), bytes, nullptr, path);
       if (scratch_.is_ok()) scratch_ = runtime_status(hipDeviceSynchronize());
-      staged_ws = staged_.get();
-    }
+      return ws.get();
+    };
+    const detail::ChunkKdaStageArgs fused =
+        detail::chunk_kda_stage_args(a, a.geometry, fill(fused_, detail::ChunkKdaPath::kFused),
+                                     detail::ChunkKdaPath::kFused);
+    prepare_inputs_ = fused.prepare_inputs;
+    inputs_fusable_ = fused.inputs_fused;
     const detail::ChunkKdaStageArgs s =
-        detail::chunk_kda_stage_args(a, a.geometry, staged_ws, detail::ChunkKdaPath::kStaged);
+        detail::chunk_kda_stage_args(a, a.geometry, fill(staged_, detail::ChunkKdaPath::kStaged),
+                                     detail::ChunkKdaPath::kStaged);
     l2norm_ = s.l2norm;
     gate_ = s.gate;
     intra_wu_ = s.intra;
@@ -87,7 +89,7 @@ class StageRunner {
     solve_ = SolveTrilArgs{a.geometry, akk, tinv};
     wu_ = s.wu;
     wu_.Tinv = tinv;
-    state_ = fused.state;  // chunk_kda_fwd's own state and output launches
+    state_ = own.state;  // chunk_kda_fwd's own state and output launches
     // chunk_kda_fwd writes v_new over u; here the state stage writes a buffer of its own, so that back-to-back calls
     // all read the u that the prepare launch made.
     if (scratch_.is_ok()) {
@@ -98,7 +100,7 @@ class StageRunner {
     }
     state_.v_tile = bench_options().state_v_tile;
     state_.warps = bench_options().state_warps;
-    out_ = fused.output;
+    out_ = own.output;
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
     // with the builder's tables). Every *_workspace_size() of these stages asks for exactly this.
@@ -122,7 +124,7 @@ class StageRunner {
       case StageKind::kIntraSolve: return launch_intra_chunk(intra_solve_, meta_ws_, meta_bytes_, stream);
       case StageKind::kPrepare: return launch_chunk_prepare(intra_wu_, wu_prepare_, meta_ws_, meta_bytes_, stream);
       case StageKind::kPrepareInputs:
-        if (!inputs_fused_) return unsupported("prepare_inputs: chunk_kda_fwd runs the staged form for these sizes");
+        if (!inputs_fusable_) return unsupported("prepare_inputs: K and V must be 64 or 128");
         return launch_chunk_prepare_inputs(prepare_inputs_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
@@ -143,8 +145,8 @@ class StageRunner {
   RecomputeWuArgs wu_prepare_;
   RecomputeWuArgs wu_;
   ChunkPrepareInputsArgs prepare_inputs_;  // chunk_kda_fwd's first launch
-  bool inputs_fused_ = false;
-  DeviceBuffer staged_;  // the staged form's workspace, when chunk_kda_fwd runs the fused one
+  bool inputs_fusable_ = false;
+  DeviceBuffer fused_, staged_;  // the two forms' workspaces
   DeviceBuffer v_new_;   // the state stage's v_new (chunk_kda_fwd's is u's buffer)
   StateRecurrenceArgs state_;
   ChunkOutputArgs out_;

@@ -93,8 +93,11 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
       return 2 * tk_io + tv_io + tk_f32 + beta + a_f32 + 3 * tk_io + tv_io + NT * H * K * 4;
     case StageKind::kStateRecurrence:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
       return 2 * tk_io + tv_io + NT * H * K * 4 + state_f32 + h_io + tv_io + state_f32;
-    case StageKind::kChunkOutput:  // qg (the fused prepare's q exp2 G), h, Aqk, v_new -> o
-      return tk_io + h_io + a_f32 + tv_io + tv_io;
+    case StageKind::kChunkOutput: {  // fused form: qg (q exp2 G); staged: q_norm and G. Then h, Aqk, v_new -> o
+      // The form chunk_kda_fwd picks (chunk_kda_inputs_fused_by_shape): K, V in {64, 128}, >= 4 chunks per sequence.
+      const bool fused = (s.K == 64 || s.K == 128) && (s.V == 64 || s.V == 128) && T >= 4 * BT * N;
+      return (fused ? tk_io : tk_io + tk_f32) + h_io + a_f32 + tv_io + tv_io;
+    }
   }
   return 0.0;
 }

@@ -28,7 +28,7 @@ struct FlopBreakdown {
 
 FlopBreakdown count_flops(const WorkShape& s);
 
-// kPrepareInputs is chunk_kda_fwd's first launch (K, V in {64, 128}): l2norm, gate + cumsum, intra_chunk,
+// kPrepareInputs is the first launch of chunk_kda_fwd's fused form: l2norm, gate + cumsum, intra_chunk,
 // solve_tril and recompute_w_u in one kernel from the raw inputs (Aqk, w, u, kg, qg, G_last out). kPrepare is the
 // staged form's launch between the gate and the state recurrence: intra_chunk, solve_tril and recompute_w_u in one
 // kernel (Aqk, w, u, kg out; Akk and Tinv kept on chip). kIntraSolve is intra_chunk with solve_tril fused in (Aqk

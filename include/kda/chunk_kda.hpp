@@ -5,12 +5,14 @@
 //   ... caller provides `bytes` of device memory ...
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
-// Launches, in order, for K and V in {64, 128}: prepare (l2norm, gate + chunk cumsum, Aqk, Tinv, w, u, kg and qg from
-// the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never reach memory) -> state recurrence (h,
-// v_new, final state) -> output. For K or V = 256 the stages run one by one: [q/k l2norm] -> gate + chunk cumsum ->
-// intra-chunk with solve_tril -> w/u/kg -> state -> output. Both forms give the same bits. Chunk tables: the
-// caller's (args.metadata with tables and host NT) or derived on the device once per call and shared by all
-// launches. Both paths run the same kernels, so outputs are bit-identical.
+// Two forms, which give the same bits; the sizes pick one (chunk_kda_inputs_fused_by_shape). The fused form, for K
+// and V in {64, 128} and sequences averaging at least four chunks, is three launches: prepare (l2norm, gate + chunk
+// cumsum, Aqk, Tinv, w, u, kg and qg from the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never
+// reach memory) -> state recurrence (h, v_new, final state) -> output. The staged form, for the rest, is five:
+// [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv and w/u/kg in one kernel where K, V are 64 or 128,
+// else intra-chunk with solve_tril, then w/u/kg) -> state -> output. Chunk tables: the caller's (args.metadata with
+// tables and host NT) or derived on the device once per call and shared by all launches. Both metadata paths run
+// the same kernels, so outputs are bit-identical.
 //
 // `o` may alias `v` (vLLM passes o=v): v is read only by the w/u stage, which completes before the output stage
 // writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
@@ -65,14 +67,37 @@ struct ChunkKdaWorkspaceLayout {
   bool akk_in_memory = true, tinv_in_memory = true;  // false: the region is empty (the value stays on chip)
 };
 
-// Which form chunk_kda_fwd runs: kAuto picks the fused prepare wherever it can run (the sizes decide); kStaged forces
-// the stage-by-stage form (tests compare the two bit for bit; kda_bench times the stages on their own).
-enum class ChunkKdaPath { kAuto, kStaged };
+// Whether the sizes alone guarantee that the staged form's prepare launch (Aqk, Tinv, w, u, kg) is one kernel, so
+// that Tinv never needs memory: q and k are then the normalised workspace copies (16-byte aligned), and that kernel
+// takes K and V in {64, 128} and any v.
+inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
+  return a.qk_l2norm && mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
+}
 
-// Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): K and V in
-// {64, 128}. It takes any q, k, g and v views, so the sizes alone decide, and the workspace layout can follow.
-inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
+// Which form chunk_kda_fwd runs: kAuto decides by the sizes (chunk_kda_inputs_fused_by_shape); kStaged and kFused
+// force a form (kFused runs the staged one where K or V is 256). Both give the same bits; tests compare them and
+// kda_bench times each form's launches on their own.
+enum class ChunkKdaPath { kAuto, kStaged, kFused };
+
+// The fused form needs sequences that average at least this many chunks. Its prepare kernel does the l2norm and gate
+// work that two bandwidth-bound launches do otherwise, and pays more per block: measured on the H200 (round 5), it
+// is level with the staged form on single sequences (single8k 1.115 against 1.118 ms, single1k 0.160 against 0.175)
+// and slower where most chunks are short (mixed64 +6 %, spec256x8 +18 %), while it always saves two launches (host
+// time) and the G, q_norm and k_norm buffers.
+constexpr int64_t kFusedMinChunksPerSequence = 4;
+
+// Whether the fused form can run: K and V in {64, 128}. It takes any q, k, g and v views.
+inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
   return mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
+}
+
+// Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): it can run,
+// and T >= kFusedMinChunksPerSequence * chunk_size * N. Sizes only, so the workspace layout can follow; builder and
+// derived tables pick the same form.
+inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
+  const ChunkMetadataArgs& m = a.geometry.metadata;
+  return chunk_kda_inputs_fusable(a) &&
+         m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences;
 }
 
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
@@ -93,16 +118,18 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
   };
   l.status = take(sizeof(uint32_t));
   l.metadata = take(derived_metadata_bytes(g.metadata, g.chunk_size));
-  l.inputs_fused = path == ChunkKdaPath::kAuto && chunk_kda_inputs_fused_by_shape(a);
+  l.inputs_fused = path == ChunkKdaPath::kAuto ? chunk_kda_inputs_fused_by_shape(a)
+                                               : path == ChunkKdaPath::kFused && chunk_kda_inputs_fusable(a);
   const bool staged = !l.inputs_fused;
   l.G = take(staged ? T * H * K * sizeof(float) : 0);
   l.q_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
   l.k_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
   // Staged: Akk lives only on chip when the intra-chunk launch fuses solve_tril, which it always does on the
   // normalised (workspace, hence 16-byte-aligned) q and k; unnormalised caller views may need the per-element path's
-  // Akk. Tinv is in memory (K or V = 256: the prepare launch is two launches). Fused: both stay on chip.
+  // Akk. Tinv lives only on chip when the staged prepare launch is one kernel (chunk_kda_prepare_fused_by_shape).
+  // Fused: both stay on chip.
   l.akk_in_memory = staged && !a.qk_l2norm;
-  l.tinv_in_memory = staged;
+  l.tinv_in_memory = staged && !chunk_kda_prepare_fused_by_shape(a);
   l.Akk = take(l.akk_in_memory ? T * H * BT * sizeof(float) : 0);
   l.Aqk = take(T * H * BT * sizeof(float));
   l.Tinv = take(l.tinv_in_memory ? T * H * BT * sizeof(float) : 0);

@@ -40,6 +40,11 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
 
+// Blocks per multiprocessor of chunk_prepare_inputs_mma_kernel: four (128 registers, almost no spills). At the
+// staged kernel's five (96 registers) its extra per-slice work spilled twice as much; four measured faster (H200,
+// prepare_inputs single8k 0.824 -> 0.750 ms; docs/performance.md).
+constexpr int kPrepareInputsMinBlocks = 4;
+
 // chunk_kda_fwd's first launch: the kernel above, starting from the raw inputs instead of the l2norm and gate
 // stages' outputs (ip.q, ip.k, wp.k are the raw q, k; ip.G and wp.G are unused). The block normalises q and k itself
 // (qk_row_inv_norms), forms G slice by slice, and writes qg (for the output stage), kg, and w's right-hand side into
@@ -47,7 +52,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
 // output equals the stage pipeline's (l2norm, gate, this kernel's staged form, and the output stage's qg) bit for
 // bit. Requirements (the launcher checks): K and V in {64, 128}; w, u, kg, qg vector_aligned; q, k, g, v any views.
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinBlocks)
     chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
                                     bool v_vector) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");

@@ -230,9 +230,10 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   KDA_FUZZ_CHECK(ws == l.total);
   KDA_FUZZ_CHECK(i128(ws) < (i128(1) << 62));
   // Derived tables: offsets [N+1] and NT (int32), indices [NT_max,2] (int32).
-  // K, V in {64, 128}: the fused prepare from the raw inputs, whose layout has no G, q_norm, k_norm, Akk or Tinv,
-  // but qg and G_last. Otherwise the staged form.
-  const bool fused = one_of(g.head_dim_k, {64, 128}) && one_of(g.head_dim_v, {64, 128});
+  // K, V in {64, 128} and sequences averaging at least 4 chunks: the fused prepare from the raw inputs, whose layout
+  // has no G, q_norm, k_norm, Akk or Tinv, but qg and G_last. Otherwise the staged form.
+  const bool fusable = one_of(g.head_dim_k, {64, 128}) && one_of(g.head_dim_v, {64, 128});
+  const bool fused = fusable && T >= 4 * BT * N;
   KDA_FUZZ_CHECK(l.inputs_fused == fused);
   KDA_FUZZ_CHECK(l.inputs_fused == kda::detail::chunk_kda_inputs_fused_by_shape(a));
   const i128 staged = fused ? 0 : 1;
@@ -243,7 +244,7 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
       {"k_norm", l.k_norm, a.qk_l2norm ? staged * T * H * K * E : 0},
       {"Akk", l.Akk, a.qk_l2norm ? 0 : staged * T * H * BT * 4},  // on chip when q, k are the normalised copies
       {"Aqk", l.Aqk, T * H * BT * 4},
-      {"Tinv", l.Tinv, staged * T * H * BT * 4},
+      {"Tinv", l.Tinv, l.tinv_in_memory ? T * H * BT * 4 : 0},  // on chip when the staged prepare is one kernel
       {"w", l.w, T * H * K * E},
       {"u", l.u, T * H * V * E},
       {"kg", l.kg, T * H * K * E},
@@ -253,7 +254,7 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   };
   KDA_FUZZ_CHECK(l.v_new == l.u);  // v_new is written over u (same shape, [T,H,V])
   // Akk and Tinv may lack memory only where the launches are sure to keep them on chip.
-  KDA_FUZZ_CHECK(l.tinv_in_memory == !fused);
+  KDA_FUZZ_CHECK(l.tinv_in_memory == (!fused && !kda::detail::chunk_kda_prepare_fused_by_shape(a)));
   KDA_FUZZ_CHECK(l.akk_in_memory == (!fused && !a.qk_l2norm));
   {
     // Fake but 256-byte-aligned data pointers: only the views' alignment decides which launches run.

@@ -248,9 +248,28 @@ TEST(ChunkKdaBitIdentity, RunToRunDeterministic) {
   }
 }
 
-// chunk_kda_fwd's fused prepare (K, V in {64, 128}: l2norm, gate and the prepare in one launch from the raw inputs)
-// against its stage-by-stage form on the same inputs: o, the final state and every intermediate both keep (Aqk, w,
-// u, kg, v_new, h) must be the same bits, and G_last must be the staged G at each chunk's last row.
+// One chunk_kda_fwd call on a chosen form, in a workspace of that form's layout: o, the final state and the
+// workspace, as bytes.
+struct PathRun {
+  std::vector<uint8_t> o, state, ws;
+};
+PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path) {
+  PathRun r;
+  const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path).total;
+  DeviceBuffer ws(bytes);
+  EXPECT_NE(ws.get(), nullptr);
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+  r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
+  r.state = dp.state_out.download_bytes();
+  r.ws = ws.download_bytes();
+  return r;
+}
+
+// chunk_kda_fwd's two forms on the same inputs: the fused one (l2norm, gate and the prepare in one launch from the raw
+// inputs) and the staged one. o, the final state and every intermediate both keep (Aqk, w, u, kg, v_new, h) must be
+// the same bits, and G_last must be the staged G at each chunk's last row.
 TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
   ASSERT_TRUE(have_gpu());
   uint64_t seed = 1300;
@@ -261,24 +280,16 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
         const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
         DeviceProblemOptions opt;
         opt.g_type = g_type;
-        std::unique_ptr<DeviceProblem> dp;
-        const RunResult fused = run_once(p, opt, &dp);
+        auto dp = make_device_problem(p, opt);
         ASSERT_NE(dp, nullptr);
         const std::string what = b.name + " gate " + std::to_string(int(gate)) + " g_type " +
                                  std::to_string(int(g_type));
-        ASSERT_TRUE(detail::chunk_kda_workspace_layout(dp->args).inputs_fused) << what;
-        const std::vector<uint8_t> fused_ws = dp->workspace.download_bytes();
-
-        const size_t staged_bytes = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged).total;
-        DeviceBuffer staged(staged_bytes);
-        ASSERT_NE(staged.get(), nullptr);
-        KDA_ASSERT_OK(detail::chunk_kda_fwd_on_path(dp->args, staged.get(), staged_bytes, nullptr,
-                                                    detail::ChunkKdaPath::kStaged));
-        KDA_ASSERT_RT(hipDeviceSynchronize());
-        EXPECT_EQ(fused.o_bytes, dp->o.download_bytes()) << what << ": o";
-        EXPECT_EQ(fused.state_bytes, dp->state_out.download_bytes()) << what << ": final state";
-        const std::vector<uint8_t> staged_ws = staged.download_bytes();
-        const auto fr = intermediate_ranges(*dp);
+        ASSERT_TRUE(detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused).inputs_fused) << what;
+        const PathRun fused = run_on_path(*dp, detail::ChunkKdaPath::kFused);
+        const PathRun staged = run_on_path(*dp, detail::ChunkKdaPath::kStaged);
+        EXPECT_EQ(fused.o, staged.o) << what << ": o";
+        EXPECT_EQ(fused.state, staged.state) << what << ": final state";
+        const auto fr = intermediate_ranges(*dp, detail::ChunkKdaPath::kFused);
         const auto sr = intermediate_ranges(*dp, detail::ChunkKdaPath::kStaged);
         for (const char* name : {"Aqk", "w", "u", "kg", "v_new", "h"}) {
           auto find = [&](const auto& ranges) {
@@ -287,19 +298,19 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
           };
           const auto a = find(fr), c = find(sr);
           ASSERT_EQ(a.second, c.second) << name;
-          EXPECT_EQ(0, std::memcmp(fused_ws.data() + a.first, staged_ws.data() + c.first, a.second))
+          EXPECT_EQ(0, std::memcmp(fused.ws.data() + a.first, staged.ws.data() + c.first, a.second))
               << what << ": intermediate " << name << " differs";
         }
         // G_last of chunk c (global id, in sequence order) = staged G at the chunk's last token.
-        const auto fl = detail::chunk_kda_workspace_layout(dp->args);
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused);
         const auto sl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged);
         const size_t H = p.H, K = p.K, BT = 64;
         size_t chunk = 0, mismatches = 0;
         for (size_t n = 0; n + 1 < b.cu.size(); ++n) {
           for (int64_t start = b.cu[n]; start < b.cu[n + 1]; start += BT, ++chunk) {
             const int64_t last = std::min<int64_t>(start + BT, b.cu[n + 1]) - 1;
-            mismatches += std::memcmp(fused_ws.data() + fl.G_last + chunk * H * K * 4,
-                                      staged_ws.data() + sl.G + size_t(last) * H * K * 4, H * K * 4) != 0;
+            mismatches += std::memcmp(fused.ws.data() + fl.G_last + chunk * H * K * 4,
+                                      staged.ws.data() + sl.G + size_t(last) * H * K * 4, H * K * 4) != 0;
           }
         }
         EXPECT_EQ(chunk, size_t(dp->num_chunks)) << what;
@@ -309,13 +320,15 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
   }
 }
 
-// The fused prepare reads q, k, v and g through views that are not 16-byte aligned (per-element loads): the same
-// bits as contiguous inputs.
+// The fused form reads q, k, v and g through views that are not 16-byte aligned (per-element loads): the same bits
+// as from contiguous inputs. (The staged form's unaligned views are covered by StridedViewsIntoFusedProjection.)
 TEST(ChunkKdaFeatures, UnalignedViewsGiveTheSameBits) {
   ASSERT_TRUE(have_gpu());
   const Batch b{"unaligned", {0, 130, 333}, 4, 128, 64};
   const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 21);
-  const RunResult want = run_once(p, {});
+  auto plain = make_device_problem(p, {});
+  ASSERT_NE(plain, nullptr);
+  const PathRun want = run_on_path(*plain, detail::ChunkKdaPath::kFused);
   // One token row = [pad | q heads | k heads | v heads], an odd number of elements: no row starts 16-byte aligned.
   const int H = p.H, K = p.K, V = p.V;
   const int64_t row = int64_t(H) * (2 * K + V) + 1;
@@ -340,10 +353,9 @@ TEST(ChunkKdaFeatures, UnalignedViewsGiveTheSameBits) {
   dp->args.k = TensorView{base + size_t(H) * K * 2, row, K};
   dp->args.v = TensorView{base + size_t(2) * H * K * 2, row, V};
   dp->args.g = TensorView{d_g.as<char>() + 4, g_row, K};
-  KDA_ASSERT_OK(run_chunk_kda(*dp));
-  KDA_ASSERT_RT(hipDeviceSynchronize());
-  EXPECT_EQ(want.o_bytes, dp->o.download_bytes());
-  EXPECT_EQ(want.state_bytes, dp->state_out.download_bytes());
+  const PathRun got = run_on_path(*dp, detail::ChunkKdaPath::kFused);
+  EXPECT_EQ(want.o, got.o);
+  EXPECT_EQ(want.state, got.state);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
