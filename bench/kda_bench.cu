@@ -114,6 +114,13 @@ void bm_e2e(benchmark::State& state, const BatchSpec* batch, MetadataMode mode, 
   if (!time_calls(state, stream, [&](hipStream_t s) { return p.run(s); }, &m)) return;
   const WorkShape shape = shape_of(*batch);
   set_counters(state, m, count_flops(shape).total(), e2e_bytes(shape), *batch);
+  // The workspace chunk_kda_fwd asks for, and its ratio to issue 5's target: 1.5x the bytes of q, k, v (I/O dtype)
+  // and an fp32 g.
+  const double workspace = double(chunk_kda_workspace_size(p.args));
+  const double T = double(batch->total_tokens()), qkvg = T * shape.H * ((2.0 * shape.K + shape.V) * shape.io_bytes +
+                                                                       4.0 * shape.K);
+  state.counters["workspace_MB"] = benchmark::Counter(workspace * 1e-6);
+  state.counters["workspace_vs_target"] = benchmark::Counter(qkvg > 0 ? workspace / (1.5 * qkvg) : 0.0);
 }
 
 void bm_stage(benchmark::State& state, const BatchSpec* batch, StageKind stage, MetadataMode mode) {
