@@ -253,13 +253,12 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       }
     }
   };
-  // kFromInputs, once the slice's activated gates are in g_s: G = RCP_LN2 * (chunk-local running sum), one thread
-  // per channel walking the rows in order (the gate stage's order and arithmetic), and G of the last row kept in
-  // glast_s and written to in->G_last. Then, in the same phase as the factors, this slice of qg, kg and w's
-  // right-hand side leaves in 16-byte row segments.
-  // Thread (seg, c) sums segment seg of channel c (detail::kGateSumSegment's order); two barriers: the segment
-  // totals, then G in place (the running sums are formed again rather than held: registers are the bound here).
-  // Rows past the chunk hold zeros and feed no row inside it.
+  // kFromInputs, once the slice's activated gates are in g_s: G = RCP_LN2 * (chunk-local running sum) in place, in
+  // detail::kGateSumSegment's order (the gate stage's, so the bits agree), and G of the last row kept in glast_s and
+  // written to in->G_last. Thread (seg, c) sums segment seg of channel c; two barriers: the segment totals, then G
+  // (the running sums are formed again rather than held: registers are the bound here). Rows past the chunk hold
+  // zeros and feed no row inside it. Then, in the same phase as the factors, this slice of qg, kg and w's right-hand
+  // side leaves in 16-byte row segments (write_slice_outputs).
   auto form_gate_sum = [&](int d0) {
     constexpr int kSeg = detail::kGateSumSegment, kSegs = BT / kSeg;
     static_assert(BT % kSeg == 0 && kSegs * kSlice <= kThreads, "a thread per (segment, channel)");
