@@ -70,8 +70,8 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
       const int j = u / (V / 8), d = (u % (V / 8)) * 8;
       uint16_t* dst = &v_s[j * kLdV + d];
       if (j < chunk.length) {
-        detail::copy16_async(dst, static_cast<const uint16_t*>(p.v.data) + (chunk.start + j) * p.v.token_stride +
-                                      int64_t(h) * p.v.head_stride + d);
+        detail::copy16_async(dst, static_cast<const uint16_t*>(p.v.data) +
+                                      detail::element_offset(p.v, chunk.start + j, h, d));
       } else {
         *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }
@@ -130,8 +130,8 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
       // Written by this block's own threads before a barrier: plain loads (never the non-coherent read-only path).
       for (int u = threadIdx.x; u < units; u += kThreads) {
         const int j = u / (K / 8), d = (u % (K / 8)) * 8;
-        const uint16_t* src = static_cast<const uint16_t*>(p.w.data) + (chunk.start + j) * p.w.token_stride +
-                              int64_t(h) * p.w.head_stride + d;
+        const uint16_t* src =
+            static_cast<const uint16_t*>(p.w.data) + detail::element_offset(p.w, chunk.start + j, h, d);
         *reinterpret_cast<uint4*>(&rhs_s[j * kLdR + d]) =
             j < chunk.length ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
       }

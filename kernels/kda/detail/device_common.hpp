@@ -15,17 +15,23 @@ __device__ inline int64_t load_index(IndexSpan table, int64_t i) {
                                          : static_cast<const int32_t*>(table.data)[i];
 }
 
+// Offset, in elements, of element (t, h, d) of a [T,H,D] view: the one place the strides are applied.
+template <typename View>
+__device__ inline int64_t element_offset(const View& view, int64_t t, int h, int d) {
+  return t * view.token_stride + int64_t(h) * view.head_stride + d;
+}
+
 // Loads element (t, h, d) of a view of 16-bit elements of type E as fp32.
 template <typename E>
 __device__ inline float load_elem(TensorView view, int64_t t, int h, int d) {
   const E* p = static_cast<const E*>(view.data);
-  return numeric::to_float(p[t * view.token_stride + int64_t(h) * view.head_stride + d]);
+  return numeric::to_float(p[element_offset(view, t, h, d)]);
 }
 
 // The 8 consecutive 16-bit elements (t, h, d .. d+7) of a view as raw bits, one 16-byte load. The caller guarantees
 // the alignment (vector_aligned on the host, d a multiple of 8).
 __device__ inline uint4 load16(TensorView view, int64_t t, int h, int d) {
-  const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  const uint16_t* base = static_cast<const uint16_t*>(view.data) + element_offset(view, t, h, d);
   return *reinterpret_cast<const uint4*>(base);
 }
 
@@ -69,7 +75,7 @@ __device__ inline void load8(const float* p, float out[8]) {
 
 // Loads element (t, h, d) of a view whose element type is only known at run time (raw gate, raw beta).
 __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t, int h, int d) {
-  const int64_t off = t * view.token_stride + int64_t(h) * view.head_stride + d;
+  const int64_t off = element_offset(view, t, h, d);
   switch (type) {
     case ScalarType::kFloat32: return static_cast<const float*>(view.data)[off];
     case ScalarType::kBFloat16: return numeric::bf16_to_float(static_cast<const uint16_t*>(view.data)[off]);
@@ -80,7 +86,7 @@ __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t,
 // The per-element forms of the two loads below: out of line, so that the cold path for unaligned views does not
 // grow the hot loops' code (instruction-cache misses were ~10 % of a fused kernel's stalls).
 __device__ __noinline__ inline uint4 load16_elementwise(TensorView view, int64_t t, int h, int d) {
-  const uint16_t* base = static_cast<const uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  const uint16_t* base = static_cast<const uint16_t*>(view.data) + element_offset(view, t, h, d);
   return make_uint4(uint32_t(base[0]) | uint32_t(base[1]) << 16, uint32_t(base[2]) | uint32_t(base[3]) << 16,
                     uint32_t(base[4]) | uint32_t(base[5]) << 16, uint32_t(base[6]) | uint32_t(base[7]) << 16);
 }
@@ -103,7 +109,7 @@ __device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int 
 // `vector` (scalar_vector_aligned on the host, d a multiple of 8), else per element.
 __device__ inline void load_scalar8(TensorView view, ScalarType type, bool vector, int64_t t, int h, int d,
                                     float out[8]) {
-  const int64_t off = t * view.token_stride + int64_t(h) * view.head_stride + d;
+  const int64_t off = element_offset(view, t, h, d);
   if (vector && type == ScalarType::kFloat32) {
     load8(static_cast<const float*>(view.data) + off, out);
   } else if (vector) {
@@ -123,12 +129,12 @@ __device__ inline void load_scalar8(TensorView view, ScalarType type, bool vecto
 template <typename E>
 __device__ inline void store_elem(MutableTensorView view, int64_t t, int h, int d, float v) {
   E* p = static_cast<E*>(view.data);
-  p[t * view.token_stride + int64_t(h) * view.head_stride + d] = numeric::from_float<E>(v);
+  p[element_offset(view, t, h, d)] = numeric::from_float<E>(v);
 }
 
 // Stores 16 bytes (8 consecutive 16-bit elements) at (t, h, d .. d+7) of a mutable view; alignment as for load8.
 __device__ inline void store16(MutableTensorView view, int64_t t, int h, int d, uint4 raw) {
-  uint16_t* base = static_cast<uint16_t*>(view.data) + t * view.token_stride + int64_t(h) * view.head_stride + d;
+  uint16_t* base = static_cast<uint16_t*>(view.data) + element_offset(view, t, h, d);
   *reinterpret_cast<uint4*>(base) = raw;
 }
 
