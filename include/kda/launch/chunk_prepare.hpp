@@ -20,6 +20,18 @@ inline bool chunk_prepare_fused(const IntraChunkArgs& intra, const RecomputeWuAr
 }
 
 namespace detail {
+// Launches the prepare kernel instantiation for g's dtype, chunk size and (K, V) in {64, 128}^2, one block of
+// kIntraMmaWarps warps per (chunk, head): launch(e, bt, k, v, grid) enqueues it with the tag types' values.
+template <typename Launch>
+inline Status dispatch_prepare_kernel(const StageGeometry& g, const ResolvedChunks& chunks, Launch&& launch) {
+  return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
+    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
+    dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) { launch(e, bt, k, v, grid); });
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  });
+}
+
 // Enqueues the stages on already-resolved chunk tables; no validation (the launcher below and chunk_kda_fwd
 // validate).
 inline Status enqueue_chunk_prepare(const IntraChunkArgs& intra, const RecomputeWuArgs& wu,
@@ -33,17 +45,9 @@ inline Status enqueue_chunk_prepare(const IntraChunkArgs& intra, const Recompute
   const kernels::IntraChunkParams ip = intra_chunk_params(intra, chunks);
   const kernels::RecomputeWuParams wp = recompute_w_u_params(wu, chunks);
   const bool v_vector = vector_aligned(wu.v);
-  return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    using E = decltype(e);
-    constexpr int BT = decltype(bt)::value;
-    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
-    dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
-      constexpr int K = decltype(k)::value, V = decltype(v)::value;
-      kernels::chunk_prepare_mma_kernel<E, BT, K, V>
-          <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, v_vector);
-    });
-    KDA_RETURN_IF_LAUNCH_ERROR();
-    return Status();
+  return dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
+    kernels::chunk_prepare_mma_kernel<decltype(e), decltype(bt)::value, decltype(k)::value, decltype(v)::value>
+        <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, v_vector);
   });
 }
 }  // namespace detail

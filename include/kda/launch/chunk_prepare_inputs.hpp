@@ -5,10 +5,8 @@
 // stage pipeline's (launch_qk_l2norm, launch_gate_cumsum, launch_chunk_prepare, and the output stage's own qg).
 #pragma once
 
-#include "kda/chunk_prepare_mma.hpp"
+#include "kda/launch/chunk_prepare.hpp"
 #include "kda/launch/gate_cumsum.hpp"
-#include "kda/launch/intra_chunk.hpp"
-#include "kda/launch/recompute_w_u.hpp"
 
 namespace kda {
 
@@ -94,17 +92,10 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   in.qg = a.qg;
   in.G_last = a.G_last;
   const bool v_vector = vector_aligned(a.v);
-  return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    using E = decltype(e);
-    constexpr int BT = decltype(bt)::value;
-    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
-    dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) {
-      constexpr int K = decltype(k)::value, V = decltype(v)::value;
-      kernels::chunk_prepare_inputs_mma_kernel<E, BT, K, V>
-          <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, in, v_vector);
-    });
-    KDA_RETURN_IF_LAUNCH_ERROR();
-    return Status();
+  return dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
+    kernels::chunk_prepare_inputs_mma_kernel<decltype(e), decltype(bt)::value, decltype(k)::value,
+                                             decltype(v)::value>
+        <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, in, v_vector);
   });
 }
 
