@@ -29,8 +29,9 @@ void print_help() {
       "  --kda_calls=N        back-to-back calls per timed iteration (default %d)\n"
       "  --kda_warmup=N       untimed calls before timing (default %d)\n"
       "  --kda_graph          time the N calls as one captured graph instead of direct launches\n"
-      "  --kda_state_v_tile=N state_recurrence stage benchmarks force V-tile width N (16, 32, 64; 0 = launcher's)\n"
-      "  --kda_state_warps=N  state_recurrence stage benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
+      "  --kda_state_v_tile=N state_with_h stage benchmarks (and state_recurrence where the output is not folded)\n"
+      "                       force V-tile width N (16, 32, 64; 0 = launcher's)\n"
+      "  --kda_state_warps=N  the same benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
       bench_options().calls, bench_options().warmup, kDefaultMinTime);
   benchmark::PrintDefaultHelp();

@@ -8,8 +8,10 @@ struct BenchOptions {
   int calls = 20;      // --kda_calls=N: back-to-back calls between the two GPU events of one timed iteration
   int warmup = 3;      // --kda_warmup=N: untimed calls before the first timed iteration
   bool graph = false;  // --kda_graph: time the N calls as one captured graph (host time is still a direct call)
-  int state_v_tile = 0;  // --kda_state_v_tile=N: V-tile width of the state_recurrence stage benchmark (0 = launcher's)
-  int state_warps = 0;   // --kda_state_warps=N: warps per block of the same benchmark (4 or 8; 0 = launcher's)
+  // --kda_state_v_tile=N: V-tile width of the state_with_h stage benchmark, and of state_recurrence where the output
+  // is not folded in (0 = launcher's)
+  int state_v_tile = 0;
+  int state_warps = 0;   // --kda_state_warps=N: warps per block of the same benchmarks (4 or 8; 0 = launcher's)
 };
 
 inline BenchOptions& bench_options() {

@@ -25,6 +25,7 @@ inline const char* stage_name(StageKind s) {
     case StageKind::kPrepareInputs: return "prepare_inputs";
     case StageKind::kRecomputeWu: return "recompute_w_u";
     case StageKind::kStateRecurrence: return "state_recurrence";
+    case StageKind::kStateWithH: return "state_with_h";
     case StageKind::kChunkOutput: return "chunk_output";
   }
   return "?";
@@ -33,7 +34,7 @@ inline const char* stage_name(StageKind s) {
 constexpr StageKind kAllStages[] = {StageKind::kL2Norm,          StageKind::kGateCumsum,  StageKind::kIntraChunk,
                                     StageKind::kSolveTril,       StageKind::kIntraSolve,  StageKind::kRecomputeWu,
                                     StageKind::kPrepare,         StageKind::kPrepareInputs,
-                                    StageKind::kStateRecurrence, StageKind::kChunkOutput};
+                                    StageKind::kStateRecurrence, StageKind::kStateWithH, StageKind::kChunkOutput};
 
 class StageRunner {
  public:
@@ -41,16 +42,18 @@ class StageRunner {
   explicit StageRunner(const BenchProblem& p) {
     const ChunkKdaArgs& a = p.args;
     // Stage arguments without chunk_kda_fwd's device status word (each launcher here resolves its tables itself).
-    // state_recurrence and chunk_output are the launches chunk_kda_fwd itself makes for this batch (in the workspace
-    // it left). prepare_inputs is the fused form's first launch, and l2norm, gate_cumsum and prepare the staged
+    // state_recurrence is the launch chunk_kda_fwd itself makes for this batch (in the workspace it left), with the
+    // output folded in where chunk_kda_fwd folds it; state_with_h and chunk_output are the two launches of the form
+    // with a separate output (ChunkKdaOutput::kSeparate, a workspace of the runner's own). prepare_inputs is the fused form's first launch, and l2norm, gate_cumsum and prepare the staged
     // form's, with the stage launchers that prepare fuses (intra_chunk, solve_tril, intra_solve, recompute_w_u):
     // each form runs in a workspace of the runner's own, filled once by that form of chunk_kda_fwd, so both are
     // timed whichever chunk_kda_fwd picks.
     const detail::ChunkKdaStageArgs own = detail::chunk_kda_stage_args(a, a.geometry, p.workspace.get());
-    auto fill = [&](DeviceBuffer& ws, detail::ChunkKdaPath path) -> void* {
-      const size_t bytes = detail::chunk_kda_workspace_layout(a, path).total;
+    auto fill = [&](DeviceBuffer& ws, detail::ChunkKdaPath path,
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto) -> void* {
+      const size_t bytes = detail::chunk_kda_workspace_layout(a, path, output).total;
       if (scratch_.is_ok()) scratch_ = runtime_status(ws.allocate(bytes));
-      if (scratch_.is_ok()) scratch_ = detail::chunk_kda_fwd_on_path(a, ws.get(), bytes, nullptr, path);
+      if (scratch_.is_ok()) scratch_ = detail::chunk_kda_fwd_on_path(a, ws.get(), bytes, nullptr, path, output);
       if (scratch_.is_ok()) scratch_ = runtime_status(hipDeviceSynchronize());
       return ws.get();
     };
@@ -89,18 +92,30 @@ class StageRunner {
     solve_ = SolveTrilArgs{a.geometry, akk, tinv};
     wu_ = s.wu;
     wu_.Tinv = tinv;
-    state_ = own.state;  // chunk_kda_fwd's own state and output launches
-    // chunk_kda_fwd writes v_new over u; here the state stage writes a buffer of its own, so that back-to-back calls
-    // all read the u that the prepare launch made.
+    state_ = own.state;  // chunk_kda_fwd's own state launch
+    const detail::ChunkKdaStageArgs separate =
+        detail::chunk_kda_stage_args(a, a.geometry, fill(separate_, detail::ChunkKdaPath::kAuto,
+                                                         detail::ChunkKdaOutput::kSeparate),
+                                     detail::ChunkKdaPath::kAuto, detail::ChunkKdaOutput::kSeparate);
+    state_with_h_ = separate.state;
+    out_ = separate.output;
+    // chunk_kda_fwd writes v_new over u where it writes v_new; here the state stages write a buffer of their own,
+    // so that back-to-back calls all read the u that the prepare launch made.
     if (scratch_.is_ok()) {
       const size_t v_bytes = size_t(a.geometry.metadata.total_tokens) * size_t(a.geometry.num_heads) *
                              size_t(a.geometry.head_dim_v) * size_t(dtype_size(a.geometry.dtype));
       scratch_ = runtime_status(v_new_.allocate(v_bytes));
-      state_.v_new = v_new_.get();
+      if (state_.v_new != nullptr) state_.v_new = v_new_.get();
+      state_with_h_.v_new = v_new_.get();
     }
-    state_.v_tile = bench_options().state_v_tile;
-    state_.warps = bench_options().state_warps;
-    out_ = own.output;
+    // A forced V-tile width or warp count applies to the state launch with h (the folded one runs only the
+    // launcher's 8-warp tiles).
+    state_with_h_.v_tile = bench_options().state_v_tile;
+    state_with_h_.warps = bench_options().state_warps;
+    if (!own.output_folded) {
+      state_.v_tile = state_with_h_.v_tile;
+      state_.warps = state_with_h_.warps;
+    }
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
     // with the builder's tables). Every *_workspace_size() of these stages asks for exactly this.
@@ -128,6 +143,7 @@ class StageRunner {
         return launch_chunk_prepare_inputs(prepare_inputs_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kStateWithH: return launch_state_recurrence(state_with_h_, meta_ws_, meta_bytes_, stream);
       case StageKind::kChunkOutput: return launch_chunk_output(out_, meta_ws_, meta_bytes_, stream);
     }
     return invalid_argument("unknown stage");
@@ -146,9 +162,9 @@ class StageRunner {
   RecomputeWuArgs wu_;
   ChunkPrepareInputsArgs prepare_inputs_;  // chunk_kda_fwd's first launch
   bool inputs_fusable_ = false;
-  DeviceBuffer fused_, staged_;  // the two forms' workspaces
-  DeviceBuffer v_new_;   // the state stage's v_new (chunk_kda_fwd's is u's buffer)
-  StateRecurrenceArgs state_;
+  DeviceBuffer fused_, staged_, separate_;  // the two forms' workspaces, and the separate output form's
+  DeviceBuffer v_new_;   // the state stages' v_new (chunk_kda_fwd's is u's buffer)
+  StateRecurrenceArgs state_, state_with_h_;
   ChunkOutputArgs out_;
   void* meta_ws_ = nullptr;
   size_t meta_bytes_ = 0;

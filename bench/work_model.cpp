@@ -44,6 +44,8 @@ FlopBreakdown count_flops(const WorkShape& s) {
   return f;
 }
 
+bool output_folded(const WorkShape& s) { return (s.K == 64 || s.K == 128) && (s.V == 64 || s.V == 128); }
+
 double stage_flops(const WorkShape& s, StageKind stage) {
   const FlopBreakdown f = count_flops(s);
   switch (stage) {
@@ -55,7 +57,9 @@ double stage_flops(const WorkShape& s, StageKind stage) {
     case StageKind::kRecomputeWu: return f.w + f.u;
     case StageKind::kPrepare:
     case StageKind::kPrepareInputs: return f.akk + f.aqk + f.solve + f.w + f.u;
-    case StageKind::kStateRecurrence: return f.v_new + f.state_update;
+    case StageKind::kStateRecurrence:
+      return f.v_new + f.state_update + (output_folded(s) ? f.out_inter + f.out_intra : 0.0);
+    case StageKind::kStateWithH: return f.v_new + f.state_update;
     case StageKind::kChunkOutput: return f.out_inter + f.out_intra;
   }
   return 0.0;
@@ -91,7 +95,10 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
       return 2 * tk_io + tv_io + beta + tk_f32 + a_f32 + 2 * tk_io + tv_io;
     case StageKind::kPrepareInputs:  // q, k, v, raw g, beta -> Aqk, w, u, kg, qg, G of each chunk's last row
       return 2 * tk_io + tv_io + tk_f32 + beta + a_f32 + 3 * tk_io + tv_io + NT * H * K * 4;
-    case StageKind::kStateRecurrence:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
+    case StageKind::kStateRecurrence:  // folded: w, u, kg, G of each chunk's last row, qg, Aqk, h0 -> o, final state
+      if (output_folded(s)) return 3 * tk_io + tv_io + NT * H * K * 4 + a_f32 + state_f32 + tv_io + state_f32;
+      [[fallthrough]];
+    case StageKind::kStateWithH:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
       return 2 * tk_io + tv_io + NT * H * K * 4 + state_f32 + h_io + tv_io + state_f32;
     case StageKind::kChunkOutput: {  // fused form: qg (q exp2 G); staged: q_norm and G. Then h, Aqk, v_new -> o
       // The form chunk_kda_fwd picks (chunk_kda_inputs_fused_by_shape): K, V in {64, 128}, >= 4 chunks per sequence.

@@ -32,7 +32,9 @@ FlopBreakdown count_flops(const WorkShape& s);
 // solve_tril and recompute_w_u in one kernel from the raw inputs (Aqk, w, u, kg, qg, G_last out). kPrepare is the
 // staged form's launch between the gate and the state recurrence: intra_chunk, solve_tril and recompute_w_u in one
 // kernel (Aqk, w, u, kg out; Akk and Tinv kept on chip). kIntraSolve is intra_chunk with solve_tril fused in (Aqk
-// and Tinv out).
+// and Tinv out). kStateRecurrence is chunk_kda_fwd's state launch, with the output folded in where it folds
+// (output_folded); kStateWithH is the state launch of the form with a separate output (h and v_new out), which
+// kChunkOutput follows.
 enum class StageKind {
   kL2Norm,
   kGateCumsum,
@@ -43,8 +45,13 @@ enum class StageKind {
   kPrepare,
   kPrepareInputs,
   kStateRecurrence,
+  kStateWithH,
   kChunkOutput
 };
+
+// Whether chunk_kda_fwd folds the output into its state launch for this shape (kda_bench runs qk_l2norm, so: K and
+// V in {64, 128}; chunk_kda_output_folded).
+bool output_folded(const WorkShape& s);
 
 // The stage's own FLOPs (0 for l2norm and gate_cumsum, which do no matrix products).
 double stage_flops(const WorkShape& s, StageKind stage);

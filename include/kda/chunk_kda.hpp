@@ -6,15 +6,17 @@
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
 // Two forms, which give the same bits; the sizes pick one (chunk_kda_inputs_fused_by_shape). The fused form, for K
-// and V in {64, 128} and sequences averaging at least four chunks, is three launches: prepare (l2norm, gate + chunk
+// and V in {64, 128} and sequences averaging at least four chunks, is two launches: prepare (l2norm, gate + chunk
 // cumsum, Aqk, Tinv, w, u, kg and qg from the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never
-// reach memory) -> state recurrence (h, v_new, final state) -> output. The staged form, for the rest, is five:
-// [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv and w/u/kg in one kernel where K, V are 64 or 128,
-// else intra-chunk with solve_tril, then w/u/kg) -> state -> output. Chunk tables: the caller's (args.metadata with
-// tables and host NT) or derived on the device once per call and shared by all launches. Both metadata paths run
-// the same kernels, so outputs are bit-identical.
+// reach memory) -> state recurrence with the output folded in (v_new, o, final state; no per-chunk h). The staged
+// form, for the rest, is four: [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv, w/u/kg and qg in one
+// kernel where K, V are 64 or 128) -> state with the output folded in. Where the staged prepare cannot be one kernel
+// (K or V 256, or no l2norm: intra-chunk with solve_tril, then w/u/kg) the state writes h and v_new and a separate
+// output launch follows (chunk_kda_output_folded). Chunk tables: the caller's (args.metadata with tables and host
+// NT) or derived on the device once per call and shared by all launches. Both metadata paths run the same kernels,
+// so outputs are bit-identical.
 //
-// `o` may alias `v` (vLLM passes o=v): v is read only by the w/u stage, which completes before the output stage
+// `o` may alias `v` (vLLM passes o=v): v is read only by the prepare launch, which completes before the launch that
 // writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
 #pragma once
 
@@ -64,6 +66,8 @@ struct ChunkKdaWorkspaceLayout {
   // true: chunk_kda_fwd runs chunk_prepare_inputs, and G, q_norm, k_norm, Akk and Tinv are empty while qg and
   // G_last are used; false: the stage-by-stage form, with qg and G_last empty.
   bool inputs_fused = false;
+  // true: the state kernel forms o (chunk_kda_output_folded): qg is used, h is empty and v_new is not written.
+  bool output_folded = false;
   bool akk_in_memory = true, tinv_in_memory = true;  // false: the region is empty (the value stays on chip)
 };
 
@@ -78,6 +82,11 @@ inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
 // force a form (kFused runs the staged one where K or V is 256). Both give the same bits; tests compare them and
 // kda_bench times each form's launches on their own.
 enum class ChunkKdaPath { kAuto, kStaged, kFused };
+
+// Where chunk_kda_fwd forms the output: kAuto folds it into the state kernel wherever it can
+// (chunk_kda_output_folded); kSeparate keeps a separate output launch that reads a per-chunk h from the workspace.
+// Both give the same bits; tests compare them and kda_bench times both.
+enum class ChunkKdaOutput { kAuto, kSeparate };
 
 // The fused form needs sequences that average at least this many chunks. Its prepare kernel does the l2norm and gate
 // work that two bandwidth-bound launches do otherwise, and pays more per block: measured on the H200 (round 5), it
@@ -100,8 +109,17 @@ inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
          m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences;
 }
 
+// Whether the state kernel can form the output (o = scale qg round(S) + Aqk v_new, chunk after chunk), so that no
+// per-chunk h reaches memory and no output launch runs: it needs qg = round(q exp2 G) in the workspace, which the
+// fused form's prepare writes, and the staged form's one prepare kernel (qk_l2norm on, K and V in {64, 128}) too.
+// Elsewhere (K or V 256, or unnormalised q and k in the staged form) the output stays a launch of its own.
+inline bool chunk_kda_output_folded(const ChunkKdaArgs& a, bool inputs_fused) {
+  return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
+}
+
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
-                                                          ChunkKdaPath path = ChunkKdaPath::kAuto) {
+                                                          ChunkKdaPath path = ChunkKdaPath::kAuto,
+                                                          ChunkKdaOutput output = ChunkKdaOutput::kAuto) {
   const StageGeometry& g = a.geometry;
   const size_t T = size_t(g.metadata.total_tokens), H = size_t(g.num_heads), K = size_t(g.head_dim_k),
                V = size_t(g.head_dim_v), BT = size_t(g.chunk_size), E = size_t(dtype_size(g.dtype));
@@ -121,6 +139,7 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
   l.inputs_fused = path == ChunkKdaPath::kAuto ? chunk_kda_inputs_fused_by_shape(a)
                                                : path == ChunkKdaPath::kFused && chunk_kda_inputs_fusable(a);
   const bool staged = !l.inputs_fused;
+  l.output_folded = output == ChunkKdaOutput::kAuto && chunk_kda_output_folded(a, l.inputs_fused);
   l.G = take(staged ? T * H * K * sizeof(float) : 0);
   l.q_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
   l.k_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
@@ -131,16 +150,16 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
   l.akk_in_memory = staged && !a.qk_l2norm;
   l.tinv_in_memory = staged && !chunk_kda_prepare_fused_by_shape(a);
   l.Akk = take(l.akk_in_memory ? T * H * BT * sizeof(float) : 0);
-  l.Aqk = take(T * H * BT * sizeof(float));
+  l.Aqk = take(T * H * BT * sizeof(float));  // fp32, or (output folded) its 16-bit hi and lo halves
   l.Tinv = take(l.tinv_in_memory ? T * H * BT * sizeof(float) : 0);
   l.w = take(T * H * K * E);
   l.u = take(T * H * V * E);
   l.kg = take(T * H * K * E);
-  l.qg = take(l.inputs_fused ? T * H * K * E : 0);
-  // v_new is written over u: the state kernels read each u row of a (sequence, head, V-tile) before they write that
-  // row's v_new, and nothing reads u afterwards.
+  l.qg = take(l.inputs_fused || l.output_folded ? T * H * K * E : 0);
+  // v_new is written over u (when the output is a launch of its own): the state kernels read each u row of a
+  // (sequence, head, V-tile) before they write that row's v_new, and nothing reads u afterwards.
   l.v_new = l.u;
-  l.h = take(grid_chunks * H * K * V * E);
+  l.h = take(l.output_folded ? 0 : grid_chunks * H * K * V * E);
   l.G_last = take(l.inputs_fused ? grid_chunks * H * K * sizeof(float) : 0);
   l.total = at;
   return l;
@@ -194,6 +213,7 @@ inline Status validate_chunk_kda(const ChunkKdaArgs& a) {
 // times is what chunk_kda_fwd launches.
 struct ChunkKdaStageArgs {
   bool inputs_fused = false;  // prepare_inputs, state, output run; otherwise the staged form below
+  bool output_folded = false;  // the state launch writes o (state.o); the output launch does not run
   ChunkPrepareInputsArgs prepare_inputs;
   QkL2NormArgs l2norm;  // staged form: run only when ChunkKdaArgs::qk_l2norm
   GateCumsumArgs gate;
@@ -204,8 +224,9 @@ struct ChunkKdaStageArgs {
 };
 
 inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const StageGeometry& g, void* workspace,
-                                              ChunkKdaPath path = ChunkKdaPath::kAuto) {
-  const ChunkKdaWorkspaceLayout l = chunk_kda_workspace_layout(a, path);
+                                              ChunkKdaPath path = ChunkKdaPath::kAuto,
+                                              ChunkKdaOutput output = ChunkKdaOutput::kAuto) {
+  const ChunkKdaWorkspaceLayout l = chunk_kda_workspace_layout(a, path, output);
   char* ws = static_cast<char*>(workspace);
   auto at = [&](size_t off) { return static_cast<void*>(ws + off); };
   const int H = g.num_heads, K = g.head_dim_k, V = g.head_dim_v;
@@ -243,6 +264,31 @@ inline ChunkKdaStageArgs chunk_kda_stage_args(const ChunkKdaArgs& a, const Stage
     s.output.G = nullptr;
     s.output.q_gated = true;
   }
+  s.output_folded = l.output_folded;
+  if (s.output_folded) {
+    // The state kernel forms o from qg and Aqk; no h, and v_new stays on chip. The prepare launch writes Aqk's
+    // region as the hi + lo pair of 16-bit matrices the output multiplies (same bytes as fp32), and the staged form's
+    // prepare also writes qg.
+    void* aqk_hi = at(l.Aqk);
+    void* aqk_lo = static_cast<char*>(aqk_hi) + size_t(g.metadata.total_tokens) * H * g.chunk_size * dtype_size(g.dtype);
+    s.state.h = nullptr;
+    s.state.v_new = nullptr;
+    s.state.qg = at(l.qg);
+    s.state.Aqk_hi = aqk_hi;
+    s.state.Aqk_lo = aqk_lo;
+    s.state.o = a.o;
+    s.state.scale = a.scale;
+    if (s.inputs_fused) {
+      s.prepare_inputs.Aqk = nullptr;
+      s.prepare_inputs.Aqk_hi = aqk_hi;
+      s.prepare_inputs.Aqk_lo = aqk_lo;
+    } else {
+      s.intra.qg = contiguous_view(at(l.qg), H, K);
+      s.intra.Aqk = nullptr;
+      s.intra.Aqk_hi = aqk_hi;
+      s.intra.Aqk_lo = aqk_lo;
+    }
+  }
   return s;
 }
 
@@ -261,9 +307,10 @@ inline const uint32_t* chunk_kda_device_status(const void* workspace) { return s
 namespace detail {
 // chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path).total bytes.
 inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
-                                    hipStream_t stream, ChunkKdaPath path) {
+                                    hipStream_t stream, ChunkKdaPath path,
+                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
-  const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path);
+  const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path, output);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
   if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
   char* ws = static_cast<char*>(workspace);
@@ -279,11 +326,11 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
                                              detail::derived_metadata_bytes(a.geometry.metadata, g.chunk_size), stream,
                                              &chunks));
 
-  const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path);
+  const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path, output);
   if (s.inputs_fused) {
     KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
     KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
-    return detail::enqueue_chunk_output(s.output, chunks, stream);
+    return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
   }
   // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
   if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
@@ -292,7 +339,7 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   // (the layout gives Akk and Tinv memory whenever that can happen; the fuzz target checks it for every shape).
   KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
-  return detail::enqueue_chunk_output(s.output, chunks, stream);
+  return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
 }
 }  // namespace detail
 

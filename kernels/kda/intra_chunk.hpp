@@ -29,6 +29,11 @@ struct IntraChunkParams {
   float* Akk = nullptr;   // out [T,H,BT]; may be null in the matrix-unit kernel when Tinv is set
   float* Aqk = nullptr;   // out [T,H,BT]
   float* Tinv = nullptr;  // optional out [T,H,BT]: (I + Akk)^-1, the solve_tril stage fused (matrix-unit kernel only)
+  MutableTensorView qg;   // optional out [T,H,K] I/O type, vector_aligned: round(q exp2 G) (matrix-unit kernel only)
+  // Optional, matrix-unit kernel only: Aqk as two [T,H,BT] I/O-type matrices hi = round(Aqk), lo = round(Aqk - hi)
+  // instead of fp32 (Aqk is then not written): the operands the state kernel with the output folded in multiplies.
+  void* aqk_hi = nullptr;
+  void* aqk_lo = nullptr;
 };
 
 template <typename E, int BT>

@@ -307,6 +307,18 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       detail::store16(kg_out, t, h, d0 + d, detail::pack8<E>(kg));
     }
   };
+  // Staged form with qg asked for (chunk_kda_fwd, whose state kernel then forms the output): this slice of qg =
+  // round(q exp2 G), write_slice_outputs' and the output stage's expression, from the staged q and G.
+  auto write_slice_qg = [&](int d0) {
+    for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {
+      const int i = u / 2, d = (u % 2) * 8;
+      if (i >= chunk.length) continue;
+      float qg[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) qg[c] = q_s[i * kLdS + d + c] * detail::decay_exp2(g_s[i * kLdS + d + c]);
+      detail::store16(p.qg, chunk.start + i, h, d0 + d, detail::pack8<E>(qg));
+    }
+  };
   SliceRegs next;
   load_slice(0, next);
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
@@ -318,6 +330,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       form_gate_sum(d0);
       __syncthreads();
       write_slice_outputs(d0);
+    } else {
+      if (p.qg.data != nullptr) write_slice_qg(d0);
     }
     // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and one row group grp = t / 8, so the loops
     // have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two channels
@@ -462,8 +476,23 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     const float4 akk = masked(*reinterpret_cast<const float4*>(&akk_s[i * kLdO + j]), j, beta_s[i]);
     *reinterpret_cast<float4*>(&akk_s[i * kLdO + j]) = akk;  // the Akk the solve_tril stage would read back
     if (p.Akk != nullptr) *reinterpret_cast<float4*>(&p.Akk[row + j]) = akk;  // null: only Tinv is wanted
-    *reinterpret_cast<float4*>(&p.Aqk[row + j]) = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j,
-                                                         p.scale);
+    const float4 aqk = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j, p.scale);
+    if (p.aqk_hi != nullptr) {  // hi + lo pair in E, 8 bytes each (the output stage's split, done once here)
+      const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
+      uint16_t hi[4], lo[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const E rounded = numeric::from_float<E>(x[c]);
+        hi[c] = rounded.bits;
+        lo[c] = numeric::from_float<E>(x[c] - numeric::to_float(rounded)).bits;
+      }
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + row + j) =
+          make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + row + j) =
+          make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
+    } else {
+      *reinterpret_cast<float4*>(&p.Aqk[row + j]) = aqk;
+    }
   }
   if (!invert) return;  // uniform over the block
   // solve_tril fused: Akk is still in shared memory; Aqk's space holds the inverse. Rows past the chunk are zero in

@@ -39,6 +39,13 @@ struct StateRecurrenceParams {
   void* h = nullptr;                     // out [NT,H,K,V] I/O type
   void* v_new = nullptr;                 // out [T,H,V] I/O type; may be exactly u: a block reads each row of its
                                          // u tile before it writes that row of v_new, and no other block reads it
+  // The output folded in (the matrix-unit kernel's kFoldOutput): o = scale qg round(S) + Aqk v_new per chunk; h and
+  // v_new may then be null (not written).
+  const void* qg = nullptr;              // [T,H,K] I/O type, contiguous: round(q exp2 G)
+  const void* aqk_hi = nullptr;          // [T,H,BT] I/O type: round(Aqk)
+  const void* aqk_lo = nullptr;          // [T,H,BT] I/O type: round(Aqk - round(Aqk))
+  MutableTensorView o;                   // out [T,H,V]
+  float scale = 1.0f;                    // the effective scale
 };
 
 // Offset of state element (d, v) of (slot, head) in the chosen layout.

@@ -9,7 +9,15 @@
 //   3. S = exp2(G_last) S + kg^T v_new: the decay (exponentials taken once per chunk while staging) scales the
 //      accumulators in place, then BT/16 steps add kg^T v_new;
 //   4. copy v_new and h to global memory in 16-byte rows: as soon as each is in shared memory, or, for the
-//      32-column tiles (kLateCopies), behind step 3's products, whose latency they then overlap.
+//      32-column tiles (kLateCopies), behind step 3's products, whose latency they then overlap. Either may be
+//      skipped (null) when the output is folded in.
+// kFoldOutput (chunk_kda_fwd): the output stage runs inside the chain. qg [BT,K] and Aqk [BT,BT] (as the 16-bit hi
+// + lo pair the prepare kernel wrote) of the chunk fly to shared memory by asynchronous copies, and behind step 3's
+// products each warp forms its output tiles o = scale qg round(S) + Aqk v_new from round(S) and v_new still in
+// shared memory, in the output stage's order of products (chunk_output_mma.hpp), so o has its bits. Nothing per
+// chunk need leave but o: no h [NT,H,K,V] in memory and no second pass over it. With 32 columns (the launcher's
+// choice for few, long sequences, where the chain's latency is the cost) the copies run one chunk ahead into a
+// second buffer; with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
@@ -29,25 +37,33 @@ constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
-template <int BT, int K, int TileV>
+// With the output folded in, qg and Aqk's hi and lo follow, twice where the copies run a chunk ahead.
+template <int TileV>
+constexpr int kStateFoldBuffers = TileV == 32 ? 2 : 1;
+template <int BT, int K>
+constexpr int kStateFoldBufferElems = BT * (K + 8) + 2 * BT * (BT + 8);  // qg, Aqk hi, Aqk lo (16-bit elements)
+template <int BT, int K, int TileV, bool kFoldOutput = false>
 constexpr size_t state_mma_shared_bytes() {
   return 2 * sizeof(uint16_t) * BT * (K + 8)          // w, kg
          + sizeof(uint16_t) * K * (TileV + 8)         // round(S)
          + sizeof(uint16_t) * BT * (TileV + 8)        // u, then v_new in its place
-         + sizeof(float) * K;                         // decay over the chunk
+         + sizeof(float) * K                          // decay over the chunk
+         + (kFoldOutput ? sizeof(uint16_t) * kStateFoldBuffers<TileV> * kStateFoldBufferElems<BT, K> : 0);
 }
 
 // Four warps: three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run
 // thousands of these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the
 // H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
-// blocks. Eight warps hold half as much per thread: two blocks.
-template <int TileV, int Warps>
+// blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
+// two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register.
+template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
+  if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
   return Warps > 4 || TileV >= 64 ? 2 : 3;
 }
 
-template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps>
-__global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV, Warps>()))
+template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false>
+__global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
   constexpr int kThreads = Warps * kWarpSize;
@@ -77,6 +93,14 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   uint16_t* state_s = kg_s + BT * kLd;       // round(S), B operand of w round(S)
   uint16_t* uv_s = state_s + K * kLdV;       // u tile; each element is replaced by v_new by the lane that reads it
   float* decay_s = reinterpret_cast<float*>(uv_s + BT * kLdV);  // exp2(G) of the chunk's last row
+  // kFoldOutput: per buffer b, qg [BT, kLd], then Aqk's hi and lo [BT, kLdA] (16-bit). Buffer c % kFoldBuffers
+  // holds chunk c.
+  constexpr int kLdA = BT + 8, kFoldBuffers = kStateFoldBuffers<TileV>;
+  constexpr int kFoldElems = kStateFoldBufferElems<BT, K>;
+  uint16_t* fold_s = reinterpret_cast<uint16_t*>(decay_s + K);
+  static_assert((K * sizeof(float)) % 16 == 0 && (kFoldElems * sizeof(uint16_t)) % 16 == 0 &&
+                    m::fragment_stride_ok(kLdA),
+                "16-byte aligned rows");
 
   const int num_v_tiles = p.head_dim_v / TileV;
   const int vt = blockIdx.x % num_v_tiles;
@@ -220,6 +244,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   // it is in shared memory (h before the v_new product, v_new before the update); with it, both leave behind the
   // update's products, whose latency they then overlap.
   auto copy_v_new = [&](int64_t start, int length) {
+    if (vnew_out == nullptr) return;
     for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
       const int i = e / kURowVecs, part = e % kURowVecs;
       *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
@@ -227,6 +252,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
   };
   auto copy_h = [&](int64_t gid) {
+    if (h_out == nullptr) return;
     for (int e = threadIdx.x; e < K * kURowVecs; e += kThreads) {
       const int d = e / kURowVecs, part = e % kURowVecs;
       *reinterpret_cast<uint4*>(&h_out[((gid * p.num_heads + h) * K + d) * V + v0 + part * 8]) =
@@ -234,8 +260,78 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
   };
 
+  // kFoldOutput: a chunk's qg and Aqk (hi, lo) rows start for buffer `b` of shared memory, as one group of
+  // asynchronous copies (committed even when empty, so that "all groups but the newest" always means the chunk
+  // before). Rows past the chunk are left as they are: they feed only rows of o that are never stored.
+  auto issue_fold_loads = [&](int64_t start, int length, int b) {
+    uint16_t* qg_s = fold_s + b * kFoldElems;
+    uint16_t* hi_s = qg_s + BT * kLd;
+    uint16_t* lo_s = hi_s + BT * kLdA;
+    const uint16_t* qg = static_cast<const uint16_t*>(p.qg);
+    for (int e = threadIdx.x; e < length * kRowVecs; e += kThreads) {
+      const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
+      detail::copy16_async(&qg_s[i * kLd + d], qg + ((start + i) * p.num_heads + h) * K + d);
+    }
+    constexpr int kAqkVecs = BT / 8;  // 16-byte vectors per 16-bit row
+    for (int e = threadIdx.x; e < length * kAqkVecs; e += kThreads) {
+      const int i = e / kAqkVecs, j = (e % kAqkVecs) * 8;
+      const int64_t at = ((start + i) * p.num_heads + h) * BT + j;
+      detail::copy16_async(&hi_s[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_hi) + at);
+      detail::copy16_async(&lo_s[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_lo) + at);
+    }
+    detail::copy16_async_commit();
+  };
+  // kFoldOutput: this warp's output tiles (dealt as step 2's), formed as chunk_output_mma_kernel forms them: qg
+  // round(S) over K in order, times scale, then Aqk v_new with Aqk as hi + lo over the tiles kt <= rt. Rows of o
+  // leave as 4-byte pairs where the accumulator layout and o's alignment allow, else one element at a time.
+  const bool o_pairs = m::kAccPairsInRows && reinterpret_cast<uintptr_t>(p.o.data) % 4 == 0 &&
+                       p.o.token_stride % 2 == 0 && p.o.head_stride % 2 == 0;
+  auto fold_output = [&](int64_t start, int length, int row_tiles, int b) {
+    const uint16_t* qg_s = fold_s + b * kFoldElems;
+    const uint16_t* hi_s = qg_s + BT * kLd;
+    const uint16_t* lo_s = hi_s + BT * kLdA;
+    uint16_t* o_out = static_cast<uint16_t*>(p.o.data);
+#pragma unroll
+    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
+      const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
+      if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
+      m::Acc o;
+      m::zero(o);
+#pragma unroll
+      for (int kt = 0; kt < K / 16; ++kt) {
+        m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
+                  m::load_b(&state_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+      }
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
+      for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
+        const m::FragA hi = m::load_a(&hi_s[rt * 16 * kLdA + kt * 16], kLdA, lane);
+        const m::FragA lo = m::load_a(&lo_s[rt * 16 * kLdA + kt * 16], kLdA, lane);
+        const m::FragB vn = m::load_b(&uv_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
+        m::mma<E>(o, hi, vn);
+        m::mma<E>(o, lo, vn);
+      }
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; e += 2) {
+        const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
+        const int i0 = rt * 16 + c0.row, i1 = rt * 16 + c1.row;
+        const uint16_t b0 = numeric::from_float<E>(o.x[e]).bits, b1 = numeric::from_float<E>(o.x[e + 1]).bits;
+        const int64_t off0 = detail::element_offset(p.o, start + i0, h, v0 + ct * 16 + c0.col);
+        if (o_pairs) {
+          if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = uint32_t(b0) | (uint32_t(b1) << 16);
+        } else {
+          if (i0 < length) o_out[off0] = b0;
+          if (i1 < length) o_out[detail::element_offset(p.o, start + i1, h, v0 + ct * 16 + c1.col)] = b1;
+        }
+      }
+    }
+  };
+
   ChunkRegs next;
   if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
+  if constexpr (kFoldOutput && kFoldBuffers == 2) {
+    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0);
+  }
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
     if (gid < 0 || gid >= nt) {
@@ -247,6 +343,18 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     __syncthreads();  // the previous chunk's reads of shared memory are done
 
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
+    if constexpr (kFoldOutput) {  // the chunk ahead (two buffers; the one it takes was last read before the barrier
+                                  // above), or this chunk (one buffer)
+      if constexpr (kFoldBuffers == 2) {
+        if (c + 1 < num_chunks) {
+          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2));
+        } else {
+          detail::copy16_async_commit();
+        }
+      } else {
+        issue_fold_loads(start, length, 0);
+      }
+    }
     store_chunk(next);
     if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
@@ -288,6 +396,13 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         cell = i < length ? rounded.bits : uint16_t(0);
       }
     }
+    if constexpr (kFoldOutput) {  // this chunk's copies (not the chunk ahead's) are done
+      if constexpr (kFoldBuffers == 2) {
+        detail::copy16_async_wait_prior();
+      } else {
+        detail::copy16_async_wait();
+      }
+    }
     __syncthreads();
     if constexpr (!kLateCopies) copy_v_new(start, length);
 
@@ -321,6 +436,9 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
       add_kg_vnew(row_tiles);
     }
 
+    // With the output folded in, its products go in behind the update's, which nothing here waits on.
+    if constexpr (kFoldOutput) fold_output(start, length, row_tiles, int(c % kFoldBuffers));
+
     // 4. With kLateCopies, v_new and h leave here, while the update's products are in flight.
     if constexpr (kLateCopies) {
       copy_v_new(start, length);
@@ -328,6 +446,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
   }
 
+  if constexpr (kFoldOutput) detail::copy16_async_wait();  // none left in flight (a bad table ends the loop early)
   if (p.final_state != nullptr && slot >= 0) {
     const bool vec = pairs_contiguous(p.final_state);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {

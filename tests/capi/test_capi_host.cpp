@@ -351,9 +351,12 @@ TEST(CapiWorkspace, DependsOnWhatItShould) {
 
   kda_chunk_kda_args no_norm = a;
   no_norm.qk_l2norm = 0;
-  // Two bf16 [T,H,K] buffers fewer (q, k normalised), two fp32 [T,H,BT] more: unnormalised q, k may be unaligned
-  // caller views, which need the unfused launches with Akk and Tinv in memory.
-  EXPECT_EQ(workspace_of(no_norm) + 2 * size_t(kT) * kH * kK * 2, base + 2 * size_t(kT) * kH * 64 * 4);
+  // Three bf16 [T,H,K] buffers fewer (q, k normalised, and qg), two fp32 [T,H,BT] more and the per-chunk h:
+  // unnormalised q, k may be unaligned caller views, which need the unfused launches with Akk and Tinv in memory,
+  // and without the one prepare kernel there is no qg for the state kernel to form the output from, so the output
+  // is a launch of its own reading h (derived grid: ceil(T / 64) + N chunks).
+  const size_t h_bytes = size_t((kT + 63) / 64 + kN) * kH * kK * kV * 2;
+  EXPECT_EQ(workspace_of(no_norm) + 3 * size_t(kT) * kH * kK * 2, base + 2 * size_t(kT) * kH * 64 * 4 + h_bytes);
 
   // Sequences averaging four chunks or more (T >= 4 * 64 * N) run the fused form, whose workspace has no G and no
   // normalised q, k: one token more can make it smaller.

@@ -237,6 +237,11 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   KDA_FUZZ_CHECK(l.inputs_fused == fused);
   KDA_FUZZ_CHECK(l.inputs_fused == kda::detail::chunk_kda_inputs_fused_by_shape(a));
   const i128 staged = fused ? 0 : 1;
+  // The state kernel forms the output wherever qg exists: the fused form, and the staged form's one prepare kernel
+  // (qk_l2norm, K and V in {64, 128}); then qg and no per-chunk h.
+  const bool folded = fused || (a.qk_l2norm && fusable);
+  KDA_FUZZ_CHECK(l.output_folded == folded);
+  const i128 fold = folded ? 1 : 0;
   const Region regions[] = {
       {"metadata", l.metadata, tables ? 0 : 4 * (N + 2) + 8 * nt_max},
       {"G", l.G, staged * T * H * K * 4},
@@ -248,8 +253,8 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
       {"w", l.w, T * H * K * E},
       {"u", l.u, T * H * V * E},
       {"kg", l.kg, T * H * K * E},
-      {"qg", l.qg, (1 - staged) * T * H * K * E},
-      {"h", l.h, grid * H * K * V * E},
+      {"qg", l.qg, fold * T * H * K * E},
+      {"h", l.h, (1 - fold) * grid * H * K * V * E},
       {"G_last", l.G_last, (1 - staged) * grid * H * K * 4},
   };
   KDA_FUZZ_CHECK(l.v_new == l.u);  // v_new is written over u (same shape, [T,H,V])
@@ -263,6 +268,11 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
     const kda::detail::ChunkKdaStageArgs s =
         kda::detail::chunk_kda_stage_args(b, b.geometry, reinterpret_cast<void*>(uintptr_t(1) << 30));
     KDA_FUZZ_CHECK(s.inputs_fused == fused);
+    KDA_FUZZ_CHECK(s.output_folded == folded);
+    if (folded) {  // the state launch writes o and no h; the staged prepare writes the qg it reads
+      KDA_FUZZ_CHECK(s.state.o.data == b.o.data && s.state.h == nullptr && s.state.v_new == nullptr);
+      KDA_FUZZ_CHECK(fused || (kda::chunk_prepare_fused(s.intra, s.wu) && s.intra.qg.data != nullptr));
+    }
     if (!fused) {  // the staged form must never skip a buffer a launch it may run needs
       const bool prepare_fused = kda::chunk_prepare_fused(s.intra, s.wu);
       KDA_FUZZ_CHECK(l.tinv_in_memory || prepare_fused);

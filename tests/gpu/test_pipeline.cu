@@ -170,15 +170,21 @@ TEST(ChunkKdaAccuracy, ChunkSize32AndStoredGateAndBetaIn16Bit) {
 // Byte ranges of the workspace that hold stage intermediates (the h rows past NT exist only in derived mode), for
 // the layout of `path`.
 std::vector<std::pair<const char*, std::pair<size_t, size_t>>> intermediate_ranges(
-    const DeviceProblem& dp, detail::ChunkKdaPath path = detail::ChunkKdaPath::kAuto) {
-  const auto l = detail::chunk_kda_workspace_layout(dp.args, path);
+    const DeviceProblem& dp, detail::ChunkKdaPath path = detail::ChunkKdaPath::kAuto,
+    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto) {
+  const auto l = detail::chunk_kda_workspace_layout(dp.args, path, output);
   const auto& p = dp.problem;
   const size_t T = p.T, H = p.H, K = p.K, V = p.V, E = 2, BT = dp.options.chunk_size, NT = dp.num_chunks;
   std::vector<std::pair<const char*, std::pair<size_t, size_t>>> r = {
-      {"Aqk", {l.Aqk, T * H * BT * 4}}, {"w", {l.w, T * H * K * E}},         {"u", {l.u, T * H * V * E}},
-      {"kg", {l.kg, T * H * K * E}},    {"v_new", {l.v_new, T * H * V * E}}, {"h", {l.h, NT * H * K * V * E}}};
+      {"Aqk", {l.Aqk, T * H * BT * 4}}, {"w", {l.w, T * H * K * E}}, {"kg", {l.kg, T * H * K * E}}};
+  if (l.output_folded || l.inputs_fused) r.push_back({"qg", {l.qg, T * H * K * E}});
+  if (l.output_folded) {  // the state kernel forms o from qg; u keeps u (no v_new is written), no h exists
+    r.push_back({"u", {l.u, T * H * V * E}});
+  } else {  // v_new written over u, and the per-chunk h
+    r.push_back({"v_new", {l.v_new, T * H * V * E}});
+    r.push_back({"h", {l.h, NT * H * K * V * E}});
+  }
   if (l.inputs_fused) {  // the fused prepare's own outputs
-    r.push_back({"qg", {l.qg, T * H * K * E}});
     r.push_back({"G_last", {l.G_last, NT * H * K * 4}});
     return r;
   }
@@ -253,12 +259,17 @@ TEST(ChunkKdaBitIdentity, RunToRunDeterministic) {
 struct PathRun {
   std::vector<uint8_t> o, state, ws;
 };
-PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path) {
+PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto) {
   PathRun r;
-  const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path).total;
+  const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path, output).total;
   DeviceBuffer ws(bytes);
   EXPECT_NE(ws.get(), nullptr);
-  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path);
+  if (!dp.options.o_aliases_v) {  // o starts as NaNs, so that a launch that writes no o cannot pass
+    EXPECT_EQ(hipMemsetAsync(dp.o.get(), 0xff, size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2, nullptr),
+              hipSuccess);
+  }
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
@@ -268,8 +279,8 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path) {
 }
 
 // chunk_kda_fwd's two forms on the same inputs: the fused one (l2norm, gate and the prepare in one launch from the raw
-// inputs) and the staged one. o, the final state and every intermediate both keep (Aqk, w, u, kg, v_new, h) must be
-// the same bits, and G_last must be the staged G at each chunk's last row.
+// inputs) and the staged one. o, the final state and every intermediate both keep (Aqk, w, u, kg, qg) must be the
+// same bits, and G_last must be the staged G at each chunk's last row.
 TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
   ASSERT_TRUE(have_gpu());
   uint64_t seed = 1300;
@@ -291,12 +302,22 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
         EXPECT_EQ(fused.state, staged.state) << what << ": final state";
         const auto fr = intermediate_ranges(*dp, detail::ChunkKdaPath::kFused);
         const auto sr = intermediate_ranges(*dp, detail::ChunkKdaPath::kStaged);
-        for (const char* name : {"Aqk", "w", "u", "kg", "v_new", "h"}) {
+        // The staged form folds the output too where its prepare is one kernel (l2norm on): then Aqk is the same hi + lo
+        // pair in both and both keep u and qg. Without l2norm (the precomputed-gate cases) it keeps fp32 Aqk, writes
+        // v_new over u and has no qg.
+        const bool both_fold =
+            detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged).output_folded;
+        EXPECT_EQ(both_fold, dp->args.qk_l2norm) << what;
+        const std::vector<const char*> names =
+            both_fold ? std::vector<const char*>{"Aqk", "w", "u", "kg", "qg"} : std::vector<const char*>{"w", "kg"};
+        for (const char* name : names) {
           auto find = [&](const auto& ranges) {
-            return std::find_if(ranges.begin(), ranges.end(), [&](const auto& x) { return std::string(x.first) == name; })
-                ->second;
+            const auto it = std::find_if(ranges.begin(), ranges.end(),
+                                         [&](const auto& x) { return std::string(x.first) == name; });
+            return it == ranges.end() ? std::pair<size_t, size_t>{0, 0} : it->second;
           };
           const auto a = find(fr), c = find(sr);
+          ASSERT_GT(a.second, 0u) << name;
           ASSERT_EQ(a.second, c.second) << name;
           EXPECT_EQ(0, std::memcmp(fused.ws.data() + a.first, staged.ws.data() + c.first, a.second))
               << what << ": intermediate " << name << " differs";
@@ -315,6 +336,61 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
         }
         EXPECT_EQ(chunk, size_t(dp->num_chunks)) << what;
         EXPECT_EQ(mismatches, 0u) << what << ": G_last differs from the staged G at chunks' last rows";
+      }
+    }
+  }
+}
+
+// The output folded into the state kernel (o formed chunk after chunk from qg, round(S) and v_new on chip) against
+// the separate output launch reading a per-chunk h and v_new from memory, in both forms and on every batch kind:
+// the same bits for o and the final state, and the same intermediates before the state launch (the separate form's
+// staged prepare writes no qg, so qg is compared only in the fused form).
+TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
+  ASSERT_TRUE(have_gpu());
+  uint64_t seed = 1700;
+  for (const Batch& b : batch_kinds()) {
+    for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound}) {
+      const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
+      auto dp = make_device_problem(p, {});
+      ASSERT_NE(dp, nullptr);
+      for (detail::ChunkKdaPath path : {detail::ChunkKdaPath::kFused, detail::ChunkKdaPath::kStaged}) {
+        const std::string what = b.name + " gate " + std::to_string(int(gate)) +
+                                 (path == detail::ChunkKdaPath::kFused ? " fused" : " staged");
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args, path);
+        const auto sl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kSeparate);
+        ASSERT_TRUE(fl.output_folded) << what;
+        ASSERT_FALSE(sl.output_folded) << what;
+        EXPECT_LT(fl.total, sl.total) << what << ": the folded form needs no per-chunk h";
+        const PathRun folded = run_on_path(*dp, path);
+        const PathRun separate = run_on_path(*dp, path, detail::ChunkKdaOutput::kSeparate);
+        EXPECT_EQ(folded.o, separate.o) << what << ": o";
+        EXPECT_EQ(folded.state, separate.state) << what << ": final state";
+        // The folded form's Aqk region holds hi = round(Aqk) then lo = round(Aqk - hi) of the fp32 Aqk the separate
+        // form keeps (bf16 here).
+        const size_t n = size_t(p.T) * p.H * dp->options.chunk_size;
+        std::vector<uint16_t> hi(n), lo(n);
+        std::vector<float> aqk(n);
+        std::memcpy(hi.data(), folded.ws.data() + fl.Aqk, n * 2);
+        std::memcpy(lo.data(), folded.ws.data() + fl.Aqk + n * 2, n * 2);
+        std::memcpy(aqk.data(), separate.ws.data() + sl.Aqk, n * 4);
+        size_t split_mismatches = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const uint16_t want_hi = numeric::float_to_bf16(aqk[i]);
+          const uint16_t want_lo = numeric::float_to_bf16(aqk[i] - numeric::bf16_to_float(want_hi));
+          split_mismatches += hi[i] != want_hi || lo[i] != want_lo;
+        }
+        EXPECT_EQ(split_mismatches, 0u) << what << ": Aqk hi + lo differs from the split of the fp32 Aqk";
+        const auto fr = intermediate_ranges(*dp, path), sr = intermediate_ranges(*dp, path,
+                                                                                detail::ChunkKdaOutput::kSeparate);
+        for (const auto& entry : fr) {
+          const auto it = std::find_if(sr.begin(), sr.end(),
+                                       [&](const auto& x) { return std::string(x.first) == entry.first; });
+          if (it == sr.end() || std::string(entry.first) == "Aqk") continue;  // qg (staged form); Aqk: above
+          ASSERT_EQ(entry.second.second, it->second.second) << entry.first;
+          EXPECT_EQ(0, std::memcmp(folded.ws.data() + entry.second.first, separate.ws.data() + it->second.first,
+                                   entry.second.second))
+              << what << ": intermediate " << entry.first << " differs";
+        }
       }
     }
   }

@@ -3,6 +3,7 @@
 // with host-built and with device-derived chunk tables, and the two must agree bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "device_problem.hpp"
@@ -190,6 +191,28 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
     EXPECT_EQ(aqk2.download_bytes(), aqk.download_bytes()) << tag << "Aqk differs when Akk stays on chip";
     EXPECT_EQ(tinv2.download_bytes(), fused) << tag << "Tinv differs when Akk stays on chip";
+    // Aqk as the 16-bit hi + lo pair (what chunk_kda_fwd writes where the state kernel forms the output): exactly
+    // the split of the fp32 Aqk, hi = round(Aqk), lo = round(Aqk - hi), and qg = round(q exp2 G) alongside.
+    DeviceBuffer aqk_hi(T * H * BT * 2), aqk_lo(T * H * BT * 2), qg(T * H * K * 2), tinv3(T * H * BT * 4);
+    a.Aqk = nullptr;
+    a.Aqk_hi = aqk_hi.get();
+    a.Aqk_lo = aqk_lo.get();
+    a.qg = contiguous_view(qg.get(), p.H, p.K);
+    a.Tinv = tinv3.as<float>();
+    EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+    EXPECT_EQ(tinv3.download_bytes(), fused) << tag << "Tinv differs when Aqk is split";
+    const std::vector<float> aqk_f = download_floats(aqk.get(), T * H * BT);
+    const std::vector<float> hi_f = download_dtype(aqk_hi.get(), T * H * BT, io),
+                             lo_f = download_dtype(aqk_lo.get(), T * H * BT, io);
+    size_t split_mismatches = 0;
+    for (size_t i = 0; i < aqk_f.size(); ++i) {
+      const float want_hi = ref::round_io(io, aqk_f[i]);
+      split_mismatches += hi_f[i] != want_hi || lo_f[i] != ref::round_io(io, aqk_f[i] - want_hi);
+    }
+    EXPECT_EQ(split_mismatches, 0u) << tag << "Aqk hi + lo is not the split of the fp32 Aqk";
+    std::vector<float> want_qg(T * H * K);
+    for (size_t i = 0; i < want_qg.size(); ++i) want_qg[i] = R.q[i] * std::exp2(R.G[i]);
+    expect_near(want_qg, download_dtype(qg.get(), T * H * K, io), kRoundedStageBar, tag + "qg");
     std::vector<uint8_t> bytes = akk.download_bytes(), more = aqk.download_bytes();
     bytes.insert(bytes.end(), more.begin(), more.end());
     bytes.insert(bytes.end(), fused.begin(), fused.end());
@@ -318,6 +341,64 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           EXPECT_EQ(chosen, run_state(mode, v_tile, warps, false))
               << tag << "state_recurrence v_tile " << v_tile << ", " << warps << " warps, " << mode_name(mode)
               << ": differs from the launcher's choice";
+        }
+      }
+    }
+  }
+
+  // The output folded into the state kernel (what chunk_kda_fwd runs for K in {64, 128}): o and the final state
+  // bit-identical to the state launch writing h and v_new followed by the output launch on them with q_gated, at
+  // both widths the fold has, in both metadata modes, with o contiguous (4-byte pair stores) and two bytes off
+  // (element stores). Any bf16 tensor serves as qg here: the normalised q stands in.
+  if (K == 64 || K == 128) {
+    for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+      auto m = device_metadata(p, BT, mode);
+      const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
+      const size_t state_bytes = std::max<size_t>(1, size_t(p.num_sequences()) * H * K * V * 4);
+      DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2), o_sep(T * H * V * 2),
+          ht_sep(state_bytes);
+      StateRecurrenceArgs a;
+      a.geometry = geometry(p, BT, *m);
+      a.w = w.get();
+      a.u = u.get();
+      a.kg = kg.get();
+      a.G = G.as<float>();
+      a.state.initial_state = h0.as<float>();
+      a.state.final_state = ht_sep.as<float>();
+      a.h = ho.get();
+      a.v_new = vno.get();
+      EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+      ChunkOutputArgs oa{a.geometry, contiguous_view(static_cast<const void*>(qn.get()), p.H, p.K), nullptr,
+                         ho.get(), Aqk.as<float>(), vno.get(), p.scale, contiguous_view(o_sep.get(), p.H, p.V)};
+      oa.q_gated = true;
+      EXPECT_TRUE(launch_chunk_output(oa, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+      const std::vector<uint8_t> want_o = o_sep.download_bytes(), want_state = ht_sep.download_bytes();
+      // Aqk as the hi + lo pair the prepare launches write for the fold (the output stage splits fp32 the same way).
+      std::vector<float> lo_host(R.Aqk.size());
+      for (size_t i = 0; i < lo_host.size(); ++i) lo_host[i] = R.Aqk[i] - ref::round_io(io, R.Aqk[i]);
+      DeviceBuffer aqk_hi = upload_dtype(R.Aqk, io), aqk_lo = upload_dtype(lo_host, io);
+      for (int v_tile : {32, 64}) {
+        if (V % v_tile != 0) continue;
+        for (int offset : {0, 2}) {
+          DeviceBuffer o_f(T * H * V * 2 + 16), ht_f(state_bytes);
+          EXPECT_EQ(hipMemsetAsync(o_f.get(), 0xff, T * H * V * 2 + 16, nullptr), hipSuccess);
+          char* o_at = o_f.as<char>() + offset;
+          StateRecurrenceArgs f = a;
+          f.h = nullptr;
+          f.v_new = nullptr;
+          f.state.final_state = ht_f.as<float>();
+          f.qg = qn.get();
+          f.Aqk_hi = aqk_hi.get();
+          f.Aqk_lo = aqk_lo.get();
+          f.o = contiguous_view(static_cast<void*>(o_at), p.H, p.V);
+          f.scale = p.scale;
+          f.v_tile = v_tile;
+          f.warps = 8;
+          EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+          const std::string where = tag + "folded output, v_tile " + std::to_string(v_tile) + ", o offset " +
+                                    std::to_string(offset) + ", " + mode_name(mode);
+          EXPECT_EQ(download_raw(o_at, T * H * V * 2), want_o) << where << ": o differs from the output stage's";
+          EXPECT_EQ(ht_f.download_bytes(), want_state) << where << ": final state differs";
         }
       }
     }
@@ -469,6 +550,52 @@ TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
   b = a;
   b.g = TensorView{};
   expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "g: null", "no g");
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
+// The output folded into the state launch: only K in {64, 128} and the 8-warp 32- or 64-column tiles, with qg and
+// Aqk given and o clear of what the recurrence reads. And the staged prepare's qg needs the matrix-unit kernel.
+TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  const int K = bed.p.K, V = bed.p.V, H = bed.p.H;
+  auto folded = [&]() {
+    StateRecurrenceArgs a = bed.state_args();
+    a.h = nullptr;
+    a.v_new = nullptr;
+    a.qg = bed.slice(12);
+    a.Aqk_hi = bed.slice(13);
+    a.Aqk_lo = bed.slice(13) + 32768;
+    a.o = contiguous_view(static_cast<void*>(bed.slice(14)), H, V);
+    return a;
+  };
+  StateRecurrenceArgs a = folded();
+  a.v_tile = 16;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "V-tile of 32 or 64 columns and 8 warps",
+                 "16 columns");
+  a = folded();
+  a.warps = 4;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "8 warps", "4 warps");
+  a = folded();
+  a.geometry.head_dim_k = 256;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "head_dim_k 64 or 128", "K = 256");
+  a = folded();
+  a.qg = nullptr;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "qg/Aqk_hi/Aqk_lo: null", "no qg");
+  a = folded();
+  a.o.data = bed.slice(1);  // over u
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "o: overlaps", "o over u");
+  a = folded();
+  a.scale = std::nanf("");
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "scale: not finite", "NaN scale");
+  IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m),
+                       contiguous_view(static_cast<const void*>(bed.slice(0) + 2), H, K),
+                       contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),
+                       TensorView{bed.slice(2), int64_t(H), 1}, ScalarType::kFloat32, BetaActivation::kSigmoid,
+                       reinterpret_cast<const float*>(bed.slice(3)), 0.0f, reinterpret_cast<float*>(bed.slice(5)),
+                       reinterpret_cast<float*>(bed.slice(6)), nullptr};
+  intra.qg = contiguous_view(static_cast<void*>(bed.slice(7)), H, K);
+  expect_refused(launch_intra_chunk(intra, nullptr, 0, nullptr), "qg: needs 16-byte-aligned q and k", "q unaligned");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

@@ -27,6 +27,10 @@ struct ChunkPrepareInputsArgs {
   float* Aqk = nullptr;            // out [T,H,BT] fp32
   MutableTensorView w, u, kg, qg;  // out [T,H,K], [T,H,V], [T,H,K], [T,H,K] in the I/O dtype, vector_aligned
   float* G_last = nullptr;         // out [NT_grid,H,K] fp32, by global chunk id (the state stage's G_last)
+  // Optional: Aqk as hi = round(Aqk) and lo = round(Aqk - hi), [T,H,BT] each in the I/O dtype, 16-byte aligned,
+  // instead of fp32 (Aqk may then be null): what the state kernel with the output folded in reads.
+  void* Aqk_hi = nullptr;
+  void* Aqk_lo = nullptr;
 };
 
 inline size_t chunk_prepare_inputs_workspace_size(const ChunkPrepareInputsArgs& a) {
@@ -62,8 +66,9 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
               "w/u/kg/qg: null or overlapping strides");
   KDA_REQUIRE(vector_aligned(a.w) && vector_aligned(a.u) && vector_aligned(a.kg) && vector_aligned(a.qg),
               "w/u/kg/qg: not vector_aligned (16-byte base, strides multiples of 8 elements)");
-  KDA_REQUIRE((a.Aqk != nullptr && a.G_last != nullptr) || g.metadata.total_tokens == 0, "Aqk/G_last: null");
-  KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last), "Aqk/G_last: not 16-byte aligned");
+  const bool aqk = a.Aqk != nullptr || (a.Aqk_hi != nullptr && a.Aqk_lo != nullptr);
+  KDA_REQUIRE((aqk && a.G_last != nullptr) || g.metadata.total_tokens == 0, "Aqk/G_last: null");
+  KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last, a.Aqk_hi, a.Aqk_lo), "Aqk/G_last: not 16-byte aligned");
   return Status();
 }
 
@@ -74,9 +79,10 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   const StageGeometry& g = a.geometry;
   if (chunks.grid_chunks == 0) return Status();
   // The two stages' parameters, on the raw q and k and without G (the kernel forms them itself).
-  const kernels::IntraChunkParams ip = intra_chunk_params(
-      IntraChunkArgs{g, a.q, a.k, a.beta, a.beta_type, a.beta_activation, nullptr, a.scale, nullptr, a.Aqk, nullptr},
-      chunks);
+  IntraChunkArgs intra{g, a.q, a.k, a.beta, a.beta_type, a.beta_activation, nullptr, a.scale, nullptr, a.Aqk, nullptr};
+  intra.Aqk_hi = a.Aqk_hi;
+  intra.Aqk_lo = a.Aqk_lo;
+  const kernels::IntraChunkParams ip = intra_chunk_params(intra, chunks);
   const kernels::RecomputeWuParams wp = recompute_w_u_params(
       RecomputeWuArgs{g, a.k, a.v, a.beta, a.beta_type, a.beta_activation, nullptr, nullptr, a.w, a.u, a.kg}, chunks);
   kernels::PrepareInputsParams in;

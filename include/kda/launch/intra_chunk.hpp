@@ -24,11 +24,15 @@ struct IntraChunkArgs {
   float* Aqk = nullptr;              // out [T,H,BT]
   float* Tinv = nullptr;             // optional out [T,H,BT]: also run solve_tril (Tinv = (I + Akk)^-1), fused into
                                      // this launch where the matrix-unit kernel runs; must not alias Akk or Aqk
+  MutableTensorView qg{};            // optional out [T,H,K], vector_aligned: also write round(q exp2 G), the left
+                                     // operand of the output (chunk_kda_fwd's state kernel reads it); needs the
+                                     // matrix-unit kernel (16-byte-aligned q and k)
+  // Optional, with the matrix-unit kernel: Aqk as hi = round(Aqk) and lo = round(Aqk - hi), [T,H,BT] each in the
+  // I/O type, 16-byte aligned, instead of fp32 (Aqk is then not written and may be null): the two 16-bit operands
+  // the output forms from Aqk, which the state kernel with the output folded in reads as they are.
+  void* Aqk_hi = nullptr;
+  void* Aqk_lo = nullptr;
 };
-
-inline float effective_scale(float scale, int head_dim_k) {
-  return scale != 0.0f ? scale : 1.0f / std::sqrt(float(head_dim_k));
-}
 
 // Whether these arguments run the matrix-unit kernel with solve_tril fused in, which needs no Akk in memory.
 inline bool intra_chunk_keeps_akk_on_chip(const IntraChunkArgs& a) {
@@ -55,6 +59,9 @@ inline kernels::IntraChunkParams intra_chunk_params(const IntraChunkArgs& a, con
   p.head_dim = g.head_dim_k;
   p.Akk = a.Akk;
   p.Aqk = a.Aqk;
+  p.qg = a.qg;
+  p.aqk_hi = a.Aqk_hi;
+  p.aqk_lo = a.Aqk_lo;
   return p;
 }
 
@@ -95,12 +102,22 @@ inline Status validate_intra_chunk(const IntraChunkArgs& a, bool akk_optional) {
   KDA_REQUIRE(detail::scalar_type_ok(a.beta_type), "beta_type: unknown ScalarType");
   KDA_REQUIRE(detail::beta_activation_ok(a.beta_activation), "beta_activation: unknown BetaActivation");
   KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
-  const bool have_outputs = a.G != nullptr && a.Aqk != nullptr;
+  const bool split = a.Aqk_hi != nullptr || a.Aqk_lo != nullptr;
+  const bool have_outputs = a.G != nullptr && (a.Aqk != nullptr || (a.Aqk_hi != nullptr && a.Aqk_lo != nullptr));
   KDA_REQUIRE(have_outputs || g.metadata.total_tokens == 0, "G/Aqk: null");
   KDA_REQUIRE(a.Akk != nullptr || akk_optional || intra_chunk_keeps_akk_on_chip(a) || g.metadata.total_tokens == 0,
               "Akk: null (allowed only with Tinv asked for and 16-byte-aligned q and k)");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Akk, a.Aqk, a.Tinv), "G/Akk/Aqk/Tinv: not 16-byte aligned");
   KDA_REQUIRE(a.Tinv == nullptr || (a.Tinv != a.Akk && a.Tinv != a.Aqk), "Tinv: must not alias Akk or Aqk");
+  KDA_REQUIRE(detail::intermediates_aligned(a.Aqk_hi, a.Aqk_lo), "Aqk_hi/Aqk_lo: not 16-byte aligned");
+  KDA_REQUIRE(!split || (detail::vector_aligned(a.q) && detail::vector_aligned(a.k)),
+              "Aqk_hi/Aqk_lo: need 16-byte-aligned q and k (the matrix-unit kernel writes them)");
+  if (a.qg.data != nullptr) {
+    KDA_REQUIRE(detail::vector_aligned(a.q) && detail::vector_aligned(a.k),
+                "qg: needs 16-byte-aligned q and k (the matrix-unit kernel writes it)");
+    KDA_REQUIRE(detail::view_ok(a.qg, g, g.head_dim_k) && detail::vector_aligned(a.qg),
+                "qg: overlapping strides or not vector_aligned");
+  }
   return Status();
 }
 }  // namespace detail

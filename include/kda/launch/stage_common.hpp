@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,6 +18,11 @@ struct StageGeometry {
   int chunk_size = 64;
   DType dtype = DType::kBF16;
 };
+
+// The scale the kernels apply to q k^T: the caller's, or K^-0.5 where it is 0.
+inline float effective_scale(float scale, int head_dim_k) {
+  return scale != 0.0f ? scale : 1.0f / std::sqrt(float(head_dim_k));
+}
 
 namespace detail {
 

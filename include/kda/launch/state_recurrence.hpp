@@ -1,6 +1,7 @@
 // Launcher: chunk_gated_delta_rule_fwd_h, the serial state recurrence over each sequence's chunks
 // (kernels/kda/state_recurrence.hpp). Writes per-chunk h [NT,H,K,V] and v_new [T,H,V] in the I/O type and,
-// optionally, the final state.
+// optionally, the final state. With the output folded in (StateRecurrenceArgs::o) it writes o instead, and h and
+// v_new only where asked.
 #pragma once
 
 #include "kda/launch/stage_common.hpp"
@@ -37,7 +38,20 @@ struct StateRecurrenceArgs {
   // G of each chunk's last row, [NT_grid,H,K] fp32 by global chunk id, as chunk_prepare_inputs writes it: when set,
   // G is not read (and may be null).
   const float* G_last = nullptr;
+  // The output stage folded in (chunk_kda_fwd): when o.data is set, the kernel also writes o = scale qg round(S) +
+  // Aqk v_new chunk after chunk, bit for bit what launch_chunk_output computes from this h and v_new with q_gated
+  // (and Aqk in fp32, which it splits into the same hi + lo pair),
+  // and h and v_new may be null (then not written). Needs K in {64, 128} and the 32- or 64-column tiles with 8 warps
+  // (what the launcher picks for that K unless v_tile or warps force something else).
+  const void* qg = nullptr;      // [T,H,K] I/O type, contiguous: round(q exp2 G), as chunk_prepare(_inputs) writes it
+  const void* Aqk_hi = nullptr;  // [T,H,BT] I/O type: round(Aqk), as intra_chunk / chunk_prepare(_inputs) write it
+  const void* Aqk_lo = nullptr;  // [T,H,BT] I/O type: round(Aqk - round(Aqk))
+  MutableTensorView o{};       // out [T,H,V]; must not overlap w, u, kg, qg, Aqk, h or v_new
+  float scale = 0.0f;          // 0 = K^-0.5
 };
+
+// Whether a has the output folded in.
+inline bool state_folds_output(const StateRecurrenceArgs& a) { return a.o.data != nullptr; }
 
 namespace detail {
 inline Status validate_state(const StateArgs& s, int64_t num_sequences) {
@@ -95,13 +109,18 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
                 "v_tile: 32 and 64 need head_dim_k 64 or 128");
   }
   KDA_REQUIRE(a.warps != 8 || state_v_tile(a) >= 32, "warps: 8 needs a V-tile of 32 or 64 columns");
+  if (state_folds_output(a)) {
+    KDA_REQUIRE(g.head_dim_k == 64 || g.head_dim_k == 128, "o: the output folded in needs head_dim_k 64 or 128");
+    KDA_REQUIRE(state_v_tile(a) >= 32 && state_warps(a) == kernels::kStateMmaWideWarps,
+                "o: the output folded in needs a V-tile of 32 or 64 columns and 8 warps");
+  }
   return Status();
 }
 
-template <typename E, int BT, int K, int TileV, int Warps>
+template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps>;
-  constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV>();
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold>;
+  constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold>();
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
   const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
   kKernel<<<static_cast<unsigned>(blocks), Warps * kWarpSize, kShared, stream>>>(p);
@@ -109,11 +128,17 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
   return Status();
 }
 
+// The output folded in is instantiated only for the tiles the launcher picks (8 warps, 32 or 64 columns):
+// validate_state_v_tile refuses the others.
 template <typename E, int BT, int K>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps,
                                int64_t sequences_heads, hipStream_t stream) {
   constexpr int kWide = kernels::kStateMmaWideWarps, kNarrow = kernels::kStateMmaWarps;
   const bool wide = warps == kWide;
+  if (p.o.data != nullptr) {
+    return v_tile == 64 ? launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, stream)
+                        : launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, stream);
+  }
   switch (v_tile) {
     case 64:
       return wide ? launch_state_mma<E, BT, K, 64, kWide>(p, sequences_heads, stream)
@@ -148,6 +173,11 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   p.state_pool_size = detail::pool_slots(a.state, g.metadata.num_sequences);
   p.h = a.h;
   p.v_new = a.v_new;
+  p.qg = a.qg;
+  p.aqk_hi = a.Aqk_hi;
+  p.aqk_lo = a.Aqk_lo;
+  p.o = a.o;
+  p.scale = effective_scale(a.scale, g.head_dim_k);
   // K in {64, 128}: the matrix-unit kernel; K = 256 (whose operands exceed its shared memory): the scalar one.
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
@@ -171,10 +201,26 @@ inline Status launch_state_recurrence(const StateRecurrenceArgs& a, void* worksp
   KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(a));
   KDA_REQUIRE(g.metadata.num_sequences * g.num_heads * (g.head_dim_v / kernels::kStateTileV) < (int64_t(1) << 31),
               "num_sequences*num_heads: too many state blocks");
-  const bool have = a.w && a.u && a.kg && (a.G || a.G_last) && a.h && a.v_new;
-  KDA_REQUIRE(have || g.metadata.total_tokens == 0, "w/u/kg/G/h/v_new: null");
-  KDA_REQUIRE(detail::intermediates_aligned(a.w, a.u, a.kg, a.G, a.G_last, a.h, a.v_new),
-              "w/u/kg/G/G_last/h/v_new: not 16-byte aligned");
+  const bool fold = state_folds_output(a);
+  const bool have =
+      a.w && a.u && a.kg && (a.G || a.G_last) && (fold ? a.qg && a.Aqk_hi && a.Aqk_lo : a.h && a.v_new);
+  KDA_REQUIRE(have || g.metadata.total_tokens == 0,
+              fold ? "w/u/kg/G/qg/Aqk_hi/Aqk_lo: null" : "w/u/kg/G/h/v_new: null");
+  KDA_REQUIRE(detail::intermediates_aligned(a.w, a.u, a.kg, a.G, a.G_last, a.h, a.v_new, a.qg, a.Aqk_hi, a.Aqk_lo),
+              "w/u/kg/G/G_last/h/v_new/qg/Aqk: not 16-byte aligned");
+  if (fold) {
+    KDA_REQUIRE(std::isfinite(a.scale), "scale: not finite");
+    KDA_REQUIRE(detail::view_ok(a.o, g, g.head_dim_v), "o: overlapping strides");
+    const int E = dtype_size(g.dtype), K = g.head_dim_k, V = g.head_dim_v, BT = g.chunk_size;
+    auto o_overlaps = [&](const void* x, int dim, int elem) {  // a contiguous [T,H,dim] intermediate
+      return x != nullptr && detail::views_overlap(a.o.data, a.o.token_stride, a.o.head_stride, V, E, x,
+                                                   int64_t(g.num_heads) * dim, dim, dim, elem, g);
+    };
+    KDA_REQUIRE(!o_overlaps(a.w, K, E) && !o_overlaps(a.u, V, E) && !o_overlaps(a.kg, K, E) &&
+                    !o_overlaps(a.qg, K, E) && !o_overlaps(a.Aqk_hi, BT, E) && !o_overlaps(a.Aqk_lo, BT, E) &&
+                    !o_overlaps(a.v_new, V, E),
+                "o: overlaps w, u, kg, qg, Aqk or v_new, which the recurrence reads while writing o");
+  }
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, workspace, workspace_bytes, stream, &chunks));
   return detail::enqueue_state_recurrence(a, chunks, stream);

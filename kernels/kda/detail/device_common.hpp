@@ -51,6 +51,18 @@ __device__ inline void copy16_async_wait() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
+// Groups, for copies that run ahead: copy16_async_commit() closes this thread's copies issued since the last commit
+// into a group; copy16_async_wait_prior() waits for every group but the newest.
+__device__ inline void copy16_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ inline void copy16_async_wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
 
 // The 8 16-bit E values packed in raw, as floats.
 template <typename E>
