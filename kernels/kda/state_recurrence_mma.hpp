@@ -286,6 +286,21 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   // leave as 4-byte pairs where the accumulator layout and o's alignment allow, else one element at a time.
   const bool o_pairs = m::kAccPairsInRows && reinterpret_cast<uintptr_t>(p.o.data) % 4 == 0 &&
                        p.o.token_stride % 2 == 0 && p.o.head_stride % 2 == 0;
+  // o's first product qg round(S) of tile round r (t0 = r * Warps): with the copies a chunk ahead (kInterEarly) it is
+  // formed in step 2, beside v_new's product on the same round(S) tiles, as a third independent chain while v_new's
+  // two wait on theirs; fold_output then starts from it. With one buffer it is formed in fold_output (the copies of
+  // qg are only waited for after step 2). Either way the same products in the same order.
+  constexpr int kTileRounds = (kRowTiles * kColTiles + Warps - 1) / Warps;
+  constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2;
+  m::Acc o_inter[kInterEarly ? kTileRounds : 1];
+  auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, int rt, int ct) {
+    m::zero(o);
+#pragma unroll
+    for (int kt = 0; kt < K / 16; ++kt) {
+      m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
+                m::load_b(&state_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+    }
+  };
   auto fold_output = [&](int64_t start, int length, int row_tiles, int b) {
     const uint16_t* qg_s = fold_s + b * kFoldElems;
     const uint16_t* hi_s = qg_s + BT * kLd;
@@ -296,11 +311,10 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
       const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
       m::Acc o;
-      m::zero(o);
-#pragma unroll
-      for (int kt = 0; kt < K / 16; ++kt) {
-        m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
-                  m::load_b(&state_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+      if constexpr (kInterEarly) {
+        o = o_inter[t0 / Warps];
+      } else {
+        qg_round_s(o, qg_s, rt, ct);
       }
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
@@ -366,6 +380,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         state_s[d1 * kLdV + col1] = b1;
       }
     });
+    if constexpr (kInterEarly) detail::copy16_async_wait_prior();  // this chunk's qg and Aqk, copied a chunk ahead
     __syncthreads();
     if constexpr (!kLateCopies) copy_h(gid);
     // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
@@ -385,6 +400,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
                              &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
       }
+      if constexpr (kInterEarly) qg_round_s(o_inter[t0 / Warps], fold_s + int(c % 2) * kFoldElems, rt, ct);
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
 #pragma unroll
@@ -396,13 +412,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         cell = i < length ? rounded.bits : uint16_t(0);
       }
     }
-    if constexpr (kFoldOutput) {  // this chunk's copies (not the chunk ahead's) are done
-      if constexpr (kFoldBuffers == 2) {
-        detail::copy16_async_wait_prior();
-      } else {
-        detail::copy16_async_wait();
-      }
-    }
+    if constexpr (kFoldOutput && !kInterEarly) detail::copy16_async_wait();  // this chunk's qg and Aqk
     __syncthreads();
     if constexpr (!kLateCopies) copy_v_new(start, length);
 
