@@ -116,7 +116,7 @@ void bm_e2e(benchmark::State& state, const BatchSpec* batch, MetadataMode mode, 
   set_counters(state, m, count_flops(shape).total(), e2e_bytes(shape), *batch);
   // The workspace chunk_kda_fwd asks for, and its ratio to issue 5's target: 1.5x the bytes of q, k, v (I/O dtype)
   // and an fp32 g.
-  const double workspace = double(chunk_kda_workspace_size(p.args));
+  const double workspace = double(p.run_workspace_bytes());
   const double T = double(batch->total_tokens()), qkvg = T * shape.H * ((2.0 * shape.K + shape.V) * shape.io_bytes +
                                                                        4.0 * shape.K);
   state.counters["workspace_MB"] = benchmark::Counter(workspace * 1e-6);

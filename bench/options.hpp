@@ -12,6 +12,9 @@ struct BenchOptions {
   // is not folded in (0 = launcher's)
   int state_v_tile = 0;
   int state_warps = 0;   // --kda_state_warps=N: warps per block of the same benchmarks (4 or 8; 0 = launcher's)
+  // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
+  // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
+  bool output_separate = false;
 };
 
 inline BenchOptions& bench_options() {
