@@ -8,11 +8,11 @@
 // Two forms, which give the same bits; the sizes pick one (chunk_kda_inputs_fused_by_shape). The fused form, for K
 // and V in {64, 128} and sequences averaging at least four chunks, is two launches: prepare (l2norm, gate + chunk
 // cumsum, Aqk, Tinv, w, u, kg and qg from the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never
-// reach memory) -> state recurrence with the output folded in (v_new, o, final state; no per-chunk h). The staged
+// reach memory) -> state recurrence with the output folded in (o, final state; no per-chunk h or v_new). The staged
 // form, for the rest, is four: [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv, w/u/kg and qg in one
-// kernel where K, V are 64 or 128) -> state with the output folded in. Where the staged prepare cannot be one kernel
-// (K or V 256, or no l2norm: intra-chunk with solve_tril, then w/u/kg) the state writes h and v_new and a separate
-// output launch follows (chunk_kda_output_folded). Chunk tables: the caller's (args.metadata with tables and host
+// kernel where K, V are 64 or 128) -> state with the output folded in. Where the sizes cannot promise that the
+// staged prepare is one kernel (K or V 256, or no in-kernel l2norm, whose caller views may be unaligned) the state
+// writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Chunk tables: the caller's (args.metadata with tables and host
 // NT) or derived on the device once per call and shared by all launches. Both metadata paths run the same kernels,
 // so outputs are bit-identical.
 //
@@ -305,7 +305,7 @@ inline size_t chunk_kda_workspace_size(const ChunkKdaArgs& a) {
 inline const uint32_t* chunk_kda_device_status(const void* workspace) { return static_cast<const uint32_t*>(workspace); }
 
 namespace detail {
-// chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path).total bytes.
+// chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path, output).total bytes.
 inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
                                     hipStream_t stream, ChunkKdaPath path,
                                     ChunkKdaOutput output = ChunkKdaOutput::kAuto) {
