@@ -17,7 +17,8 @@
 // shared memory, in the output stage's order of products (chunk_output_mma.hpp), so o has its bits. Nothing per
 // chunk need leave but o: no h [NT,H,K,V] in memory and no second pass over it. With 32 columns (the launcher's
 // choice for few, long sequences, where the chain's latency is the cost) the copies run one chunk ahead into a
-// second buffer; with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
+// second buffer, and o's first product qg round(S) is formed in step 2 beside v_new's on the same round(S) tiles;
+// with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.

@@ -298,15 +298,10 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     return bytes;
   });
 
-  // v_tile / warps 0 are the launcher's choice (32 columns, 8 warps at these sizes); every forced width and warp
-  // count must give the same bytes.
-  auto run_state = [&](MetadataMode mode, int v_tile, int warps, bool check) {
-    auto m = device_metadata(p, BT, mode);
-    const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
-    DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2),
-        ht(std::max<size_t>(1, size_t(p.num_sequences()) * H * K * V * 4));
+  // The state launch on the reference's w, u, kg, G and initial state, writing h, v_new and the final state.
+  auto state_args = [&](const auto& m, DeviceBuffer& ho, DeviceBuffer& vno, DeviceBuffer& ht) {
     StateRecurrenceArgs a;
-    a.geometry = geometry(p, BT, *m);
+    a.geometry = geometry(p, BT, m);
     a.w = w.get();
     a.u = u.get();
     a.kg = kg.get();
@@ -315,6 +310,16 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     a.state.final_state = ht.as<float>();
     a.h = ho.get();
     a.v_new = vno.get();
+    return a;
+  };
+  // v_tile / warps 0 are the launcher's choice (32 columns, 8 warps at these sizes); every forced width and warp
+  // count must give the same bytes.
+  auto run_state = [&](MetadataMode mode, int v_tile, int warps, bool check) {
+    auto m = device_metadata(p, BT, mode);
+    const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
+    DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2),
+        ht(std::max<size_t>(1, size_t(p.num_sequences()) * H * K * V * 4));
+    StateRecurrenceArgs a = state_args(*m, ho, vno, ht);
     a.v_tile = v_tile;
     a.warps = warps;
     EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
@@ -357,16 +362,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       const size_t state_bytes = std::max<size_t>(1, size_t(p.num_sequences()) * H * K * V * 4);
       DeviceBuffer ho(std::max<size_t>(1, size_t(h_rows) * H * K * V * 2)), vno(T * H * V * 2), o_sep(T * H * V * 2),
           ht_sep(state_bytes);
-      StateRecurrenceArgs a;
-      a.geometry = geometry(p, BT, *m);
-      a.w = w.get();
-      a.u = u.get();
-      a.kg = kg.get();
-      a.G = G.as<float>();
-      a.state.initial_state = h0.as<float>();
-      a.state.final_state = ht_sep.as<float>();
-      a.h = ho.get();
-      a.v_new = vno.get();
+      const StateRecurrenceArgs a = state_args(*m, ho, vno, ht_sep);
       EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
       ChunkOutputArgs oa{a.geometry, contiguous_view(static_cast<const void*>(qn.get()), p.H, p.K), nullptr,
                          ho.get(), Aqk.as<float>(), vno.get(), p.scale, contiguous_view(o_sep.get(), p.H, p.V)};
