@@ -592,6 +592,26 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
                        reinterpret_cast<float*>(bed.slice(6)), nullptr};
   intra.qg = contiguous_view(static_cast<void*>(bed.slice(7)), H, K);
   expect_refused(launch_intra_chunk(intra, nullptr, 0, nullptr), "qg: needs 16-byte-aligned q and k", "q unaligned");
+  intra.q.data = bed.slice(0);  // aligned again; one half of the Aqk pair alone is refused (the kernel writes both)
+  intra.Aqk_hi = bed.slice(8);
+  expect_refused(launch_intra_chunk(intra, nullptr, 0, nullptr), "Aqk_hi/Aqk_lo: give both or neither", "hi alone");
+  ChunkPrepareInputsArgs pi;
+  pi.geometry = geometry(bed.p, bed.BT, *bed.m);
+  pi.q = contiguous_view(static_cast<const void*>(bed.slice(0)), H, K);
+  pi.k = contiguous_view(static_cast<const void*>(bed.slice(1)), H, K);
+  pi.v = contiguous_view(static_cast<const void*>(bed.slice(2)), H, V);
+  pi.g = contiguous_view(static_cast<const void*>(bed.slice(3)), H, K);
+  pi.beta = TensorView{bed.slice(5), int64_t(H), 1};
+  pi.gate = GateKind::kLowerBound;
+  pi.Aqk = reinterpret_cast<float*>(bed.slice(6));
+  pi.w = contiguous_view(bed.slice(7), H, K);
+  pi.u = contiguous_view(bed.slice(8), H, V);
+  pi.kg = contiguous_view(bed.slice(9), H, K);
+  pi.qg = contiguous_view(bed.slice(10), H, K);
+  pi.G_last = reinterpret_cast<float*>(bed.slice(11));
+  pi.Aqk_lo = bed.slice(15);
+  expect_refused(launch_chunk_prepare_inputs(pi, nullptr, 0, nullptr), "Aqk_hi/Aqk_lo: give both or neither",
+                 "prepare_inputs lo alone");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

@@ -66,6 +66,7 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
               "w/u/kg/qg: null or overlapping strides");
   KDA_REQUIRE(vector_aligned(a.w) && vector_aligned(a.u) && vector_aligned(a.kg) && vector_aligned(a.qg),
               "w/u/kg/qg: not vector_aligned (16-byte base, strides multiples of 8 elements)");
+  KDA_REQUIRE((a.Aqk_hi != nullptr) == (a.Aqk_lo != nullptr), "Aqk_hi/Aqk_lo: give both or neither");
   const bool aqk = a.Aqk != nullptr || (a.Aqk_hi != nullptr && a.Aqk_lo != nullptr);
   KDA_REQUIRE((aqk && a.G_last != nullptr) || g.metadata.total_tokens == 0, "Aqk/G_last: null");
   KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last, a.Aqk_hi, a.Aqk_lo), "Aqk/G_last: not 16-byte aligned");

@@ -109,6 +109,7 @@ inline Status validate_intra_chunk(const IntraChunkArgs& a, bool akk_optional) {
               "Akk: null (allowed only with Tinv asked for and 16-byte-aligned q and k)");
   KDA_REQUIRE(detail::intermediates_aligned(a.G, a.Akk, a.Aqk, a.Tinv), "G/Akk/Aqk/Tinv: not 16-byte aligned");
   KDA_REQUIRE(a.Tinv == nullptr || (a.Tinv != a.Akk && a.Tinv != a.Aqk), "Tinv: must not alias Akk or Aqk");
+  KDA_REQUIRE(!split || (a.Aqk_hi != nullptr && a.Aqk_lo != nullptr), "Aqk_hi/Aqk_lo: give both or neither");
   KDA_REQUIRE(detail::intermediates_aligned(a.Aqk_hi, a.Aqk_lo), "Aqk_hi/Aqk_lo: not 16-byte aligned");
   KDA_REQUIRE(!split || (detail::vector_aligned(a.q) && detail::vector_aligned(a.k)),
               "Aqk_hi/Aqk_lo: need 16-byte-aligned q and k (the matrix-unit kernel writes them)");

@@ -40,14 +40,14 @@ struct StateRecurrenceArgs {
   const float* G_last = nullptr;
   // The output stage folded in (chunk_kda_fwd): when o.data is set, the kernel also writes o = scale qg round(S) +
   // Aqk v_new chunk after chunk, bit for bit what launch_chunk_output computes from this h and v_new with q_gated
-  // (and Aqk in fp32, which it splits into the same hi + lo pair),
-  // and h and v_new may be null (then not written). Needs K in {64, 128} and the 32- or 64-column tiles with 8 warps
-  // (what the launcher picks for that K unless v_tile or warps force something else).
+  // (and Aqk in fp32, which it splits into the same hi + lo pair), and h and v_new may be null (then not written).
+  // Needs K in {64, 128} and the 32- or 64-column tiles with 8 warps (what the launcher picks for that K unless
+  // v_tile or warps force something else).
   const void* qg = nullptr;      // [T,H,K] I/O type, contiguous: round(q exp2 G), as chunk_prepare(_inputs) writes it
   const void* Aqk_hi = nullptr;  // [T,H,BT] I/O type: round(Aqk), as intra_chunk / chunk_prepare(_inputs) write it
   const void* Aqk_lo = nullptr;  // [T,H,BT] I/O type: round(Aqk - round(Aqk))
-  MutableTensorView o{};       // out [T,H,V]; must not overlap w, u, kg, qg, Aqk, h or v_new
-  float scale = 0.0f;          // 0 = K^-0.5
+  MutableTensorView o{};         // out [T,H,V]; must not overlap w, u, kg, qg, Aqk or v_new
+  float scale = 0.0f;            // 0 = K^-0.5
 };
 
 // Whether a has the output folded in.
