@@ -296,17 +296,19 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
         const std::string what = b.name + " gate " + std::to_string(int(gate)) + " g_type " +
                                  std::to_string(int(g_type));
         ASSERT_TRUE(detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused).inputs_fused) << what;
-        const PathRun fused = run_on_path(*dp, detail::ChunkKdaPath::kFused);
-        const PathRun staged = run_on_path(*dp, detail::ChunkKdaPath::kStaged);
+        // The output folded in wherever it can be (kFolded), so that qg and the Aqk pair are compared too.
+        constexpr auto kFold = detail::ChunkKdaOutput::kFolded;
+        const PathRun fused = run_on_path(*dp, detail::ChunkKdaPath::kFused, kFold);
+        const PathRun staged = run_on_path(*dp, detail::ChunkKdaPath::kStaged, kFold);
         EXPECT_EQ(fused.o, staged.o) << what << ": o";
         EXPECT_EQ(fused.state, staged.state) << what << ": final state";
-        const auto fr = intermediate_ranges(*dp, detail::ChunkKdaPath::kFused);
-        const auto sr = intermediate_ranges(*dp, detail::ChunkKdaPath::kStaged);
+        const auto fr = intermediate_ranges(*dp, detail::ChunkKdaPath::kFused, kFold);
+        const auto sr = intermediate_ranges(*dp, detail::ChunkKdaPath::kStaged, kFold);
         // The staged form folds the output too where its prepare is one kernel (l2norm on): then Aqk is the same hi + lo
         // pair in both and both keep u and qg. Without l2norm (the precomputed-gate cases) it keeps fp32 Aqk, writes
         // v_new over u and has no qg.
         const bool both_fold =
-            detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged).output_folded;
+            detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged, kFold).output_folded;
         EXPECT_EQ(both_fold, dp->args.qk_l2norm) << what;
         const std::vector<const char*> names =
             both_fold ? std::vector<const char*>{"Aqk", "w", "u", "kg", "qg"} : std::vector<const char*>{"w", "kg"};
@@ -323,8 +325,8 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
               << what << ": intermediate " << name << " differs";
         }
         // G_last of chunk c (global id, in sequence order) = staged G at the chunk's last token.
-        const auto fl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused);
-        const auto sl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged);
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused, kFold);
+        const auto sl = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kStaged, kFold);
         const size_t H = p.H, K = p.K, BT = 64;
         size_t chunk = 0, mismatches = 0;
         for (size_t n = 0; n + 1 < b.cu.size(); ++n) {
@@ -356,12 +358,14 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
       for (detail::ChunkKdaPath path : {detail::ChunkKdaPath::kFused, detail::ChunkKdaPath::kStaged}) {
         const std::string what = b.name + " gate " + std::to_string(int(gate)) +
                                  (path == detail::ChunkKdaPath::kFused ? " fused" : " staged");
-        const auto fl = detail::chunk_kda_workspace_layout(dp->args, path);
+        // The output folded in wherever it can be (kFolded: these small batches' state grids are ones chunk_kda_fwd's
+        // own rule may not fold) against the separate output launch.
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kFolded);
         const auto sl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kSeparate);
         ASSERT_TRUE(fl.output_folded) << what;
         ASSERT_FALSE(sl.output_folded) << what;
         EXPECT_LT(fl.total, sl.total) << what << ": the folded form needs no per-chunk h";
-        const PathRun folded = run_on_path(*dp, path);
+        const PathRun folded = run_on_path(*dp, path, detail::ChunkKdaOutput::kFolded);
         const PathRun separate = run_on_path(*dp, path, detail::ChunkKdaOutput::kSeparate);
         EXPECT_EQ(folded.o, separate.o) << what << ": o";
         EXPECT_EQ(folded.state, separate.state) << what << ": final state";
@@ -380,8 +384,8 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
           split_mismatches += hi[i] != want_hi || lo[i] != want_lo;
         }
         EXPECT_EQ(split_mismatches, 0u) << what << ": Aqk hi + lo differs from the split of the fp32 Aqk";
-        const auto fr = intermediate_ranges(*dp, path), sr = intermediate_ranges(*dp, path,
-                                                                                detail::ChunkKdaOutput::kSeparate);
+        const auto fr = intermediate_ranges(*dp, path, detail::ChunkKdaOutput::kFolded),
+                   sr = intermediate_ranges(*dp, path, detail::ChunkKdaOutput::kSeparate);
         for (const auto& entry : fr) {
           const auto it = std::find_if(sr.begin(), sr.end(),
                                        [&](const auto& x) { return std::string(x.first) == entry.first; });
