@@ -443,6 +443,24 @@ struct ValidationBed {
     a.v_new = slice(10);
     return a;
   }
+  // launch_chunk_prepare_inputs' arguments that pass its checks (lower-bound gate: no A_log needed).
+  ChunkPrepareInputsArgs prepare_inputs_args() const {
+    ChunkPrepareInputsArgs a;
+    a.geometry = geometry(p, BT, *m);
+    a.q = contiguous_view(static_cast<const void*>(slice(0)), p.H, p.K);
+    a.k = contiguous_view(static_cast<const void*>(slice(1)), p.H, p.K);
+    a.v = contiguous_view(static_cast<const void*>(slice(2)), p.H, p.V);
+    a.g = contiguous_view(static_cast<const void*>(slice(3)), p.H, p.K);
+    a.beta = TensorView{slice(5), int64_t(p.H), 1};
+    a.gate = GateKind::kLowerBound;
+    a.Aqk = reinterpret_cast<float*>(slice(6));
+    a.w = contiguous_view(slice(7), p.H, p.K);
+    a.u = contiguous_view(slice(8), p.H, p.V);
+    a.kg = contiguous_view(slice(9), p.H, p.K);
+    a.qg = contiguous_view(slice(10), p.H, p.K);
+    a.G_last = reinterpret_cast<float*>(slice(11));
+    return a;
+  }
 };
 
 void expect_refused(const Status& s, const char* expected_text, const char* what) {
@@ -515,21 +533,7 @@ TEST(StagesValidation, ChunkPrepareRefusesWhatItCannotRun) {
 TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
   ASSERT_TRUE(have_gpu());
   const ValidationBed bed;
-  const int K = bed.p.K, V = bed.p.V, H = bed.p.H;
-  ChunkPrepareInputsArgs a;
-  a.geometry = geometry(bed.p, bed.BT, *bed.m);
-  a.q = contiguous_view(static_cast<const void*>(bed.slice(0)), H, K);
-  a.k = contiguous_view(static_cast<const void*>(bed.slice(1)), H, K);
-  a.v = contiguous_view(static_cast<const void*>(bed.slice(2)), H, V);
-  a.g = contiguous_view(static_cast<const void*>(bed.slice(3)), H, K);
-  a.beta = TensorView{bed.slice(5), int64_t(H), 1};
-  a.gate = GateKind::kLowerBound;
-  a.Aqk = reinterpret_cast<float*>(bed.slice(6));
-  a.w = contiguous_view(bed.slice(7), H, K);
-  a.u = contiguous_view(bed.slice(8), H, V);
-  a.kg = contiguous_view(bed.slice(9), H, K);
-  a.qg = contiguous_view(bed.slice(10), H, K);
-  a.G_last = reinterpret_cast<float*>(bed.slice(11));
+  const ChunkPrepareInputsArgs a = bed.prepare_inputs_args();
   ASSERT_TRUE(detail::validate_chunk_prepare_inputs(a).is_ok());
   ChunkPrepareInputsArgs b = a;
   b.geometry.head_dim_k = 256;
@@ -595,20 +599,7 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   intra.q.data = bed.slice(0);  // aligned again; one half of the Aqk pair alone is refused (the kernel writes both)
   intra.Aqk_hi = bed.slice(8);
   expect_refused(launch_intra_chunk(intra, nullptr, 0, nullptr), "Aqk_hi/Aqk_lo: give both or neither", "hi alone");
-  ChunkPrepareInputsArgs pi;
-  pi.geometry = geometry(bed.p, bed.BT, *bed.m);
-  pi.q = contiguous_view(static_cast<const void*>(bed.slice(0)), H, K);
-  pi.k = contiguous_view(static_cast<const void*>(bed.slice(1)), H, K);
-  pi.v = contiguous_view(static_cast<const void*>(bed.slice(2)), H, V);
-  pi.g = contiguous_view(static_cast<const void*>(bed.slice(3)), H, K);
-  pi.beta = TensorView{bed.slice(5), int64_t(H), 1};
-  pi.gate = GateKind::kLowerBound;
-  pi.Aqk = reinterpret_cast<float*>(bed.slice(6));
-  pi.w = contiguous_view(bed.slice(7), H, K);
-  pi.u = contiguous_view(bed.slice(8), H, V);
-  pi.kg = contiguous_view(bed.slice(9), H, K);
-  pi.qg = contiguous_view(bed.slice(10), H, K);
-  pi.G_last = reinterpret_cast<float*>(bed.slice(11));
+  ChunkPrepareInputsArgs pi = bed.prepare_inputs_args();
   pi.Aqk_lo = bed.slice(15);
   expect_refused(launch_chunk_prepare_inputs(pi, nullptr, 0, nullptr), "Aqk_hi/Aqk_lo: give both or neither",
                  "prepare_inputs lo alone");
