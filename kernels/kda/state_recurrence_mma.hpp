@@ -19,6 +19,12 @@
 // choice for few, long sequences, where the chain's latency is the cost) the copies run one chunk ahead into a
 // second buffer, and o's first product qg round(S) is formed in step 2 beside v_new's on the same round(S) tiles;
 // with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
+// OutWarps > 0 (NVIDIA, 32 columns): the output's work leaves the chain. OutWarps more warps (the output warps) own
+// the qg / Aqk copies and o; round(S) and v_new get a second buffer, and per chunk c the Warps chain warps hand
+// buffer c % 2 over with a named barrier (kStateReadyBarrier) after step 2 and go on with chunk c + 1, while the
+// output warps form o of chunk c from it and hand it back (kStateFreeBarrier) for chunk c + 2. On one long sequence
+// the chain's step is the cost and leaves most issue slots idle, so o costs little there; the products and their
+// order are fold_output's, so o has the same bits.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
@@ -35,6 +41,7 @@ namespace kda::kernels {
 
 constexpr int kStateMmaWarps = 4;      // warps per block of the 16-column tiles (and forced runs)
 constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
+constexpr int kStateOutputWarps = 4;   // output warps beside them, where the launcher runs them (NVIDIA)
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
@@ -43,11 +50,14 @@ template <int TileV>
 constexpr int kStateFoldBuffers = TileV == 32 ? 2 : 1;
 template <int BT, int K>
 constexpr int kStateFoldBufferElems = BT * (K + 8) + 2 * BT * (BT + 8);  // qg, Aqk hi, Aqk lo (16-bit elements)
-template <int BT, int K, int TileV, bool kFoldOutput = false>
+// With output warps, round(S) and u / v_new have two buffers: the output warps read chunk c's while the chain
+// writes chunk c + 1's.
+template <int OutWarps>
+constexpr int kStateChainBuffers = OutWarps > 0 ? 2 : 1;
+template <int BT, int K, int TileV, bool kFoldOutput = false, int OutWarps = 0>
 constexpr size_t state_mma_shared_bytes() {
   return 2 * sizeof(uint16_t) * BT * (K + 8)          // w, kg
-         + sizeof(uint16_t) * K * (TileV + 8)         // round(S)
-         + sizeof(uint16_t) * BT * (TileV + 8)        // u, then v_new in its place
+         + kStateChainBuffers<OutWarps> * sizeof(uint16_t) * (K + BT) * (TileV + 8)  // round(S); u, then v_new
          + sizeof(float) * K                          // decay over the chunk
          + (kFoldOutput ? sizeof(uint16_t) * kStateFoldBuffers<TileV> * kStateFoldBufferElems<BT, K> : 0);
 }
@@ -56,18 +66,30 @@ constexpr size_t state_mma_shared_bytes() {
 // thousands of these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the
 // H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
 // blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
-// two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register.
+// two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register (with
+// output warps, 12 warps share them: 168 registers each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
   return Warps > 4 || TileV >= 64 ? 2 : 3;
 }
 
-template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false>
-__global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
+// Named barriers of the output-warp form (ids 1-15; 0 is __syncthreads): among the chain warps, among the output
+// warps, and per buffer b: ready (round(S) and v_new of the chunk in buffer b are written) and free (the output
+// warps are done reading it).
+constexpr int kStateChainBarrier = 1;
+constexpr int kStateOutputBarrier = 2;
+constexpr int kStateReadyBarrier = 3;  // + b
+constexpr int kStateFreeBarrier = 5;   // + b
+
+template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0>
+__global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
-  constexpr int kThreads = Warps * kWarpSize;
+  constexpr int kThreads = Warps * kWarpSize;  // the chain's threads (all of the block without output warps)
+  constexpr int kBlockThreads = (Warps + OutWarps) * kWarpSize;
+  static_assert(OutWarps == 0 || (kFoldOutput && TileV == 32 && detail::kNamedBarriers),
+                "output warps: the folded 32-column tiles, on NVIDIA (named barriers)");
   constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
   constexpr int kLdV = TileV + 8;            // padded row of round(S) and of u / v_new
   constexpr int kColTiles = TileV / 16;
@@ -91,17 +113,36 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   extern __shared__ __align__(16) unsigned char state_smem[];
   uint16_t* w_s = reinterpret_cast<uint16_t*>(state_smem);
   uint16_t* kg_s = w_s + BT * kLd;
-  uint16_t* state_s = kg_s + BT * kLd;       // round(S), B operand of w round(S)
-  uint16_t* uv_s = state_s + K * kLdV;       // u tile; each element is replaced by v_new by the lane that reads it
-  float* decay_s = reinterpret_cast<float*>(uv_s + BT * kLdV);  // exp2(G) of the chunk's last row
+  // round(S), B operand of w round(S), and the u tile, each element of which is replaced by v_new by the lane that
+  // reads it: buffer b at chain_s + b * kChainElems; state_s and uv_s point at the current chunk's.
+  constexpr int kChainElems = (K + BT) * kLdV, kChainBuffers = kStateChainBuffers<OutWarps>;
+  uint16_t* chain_s = kg_s + BT * kLd;
+  uint16_t* state_s = chain_s;
+  uint16_t* uv_s = chain_s + K * kLdV;
+  float* decay_s = reinterpret_cast<float*>(chain_s + kChainBuffers * kChainElems);  // exp2(G) of the last row
   // kFoldOutput: per buffer b, qg [BT, kLd], then Aqk's hi and lo [BT, kLdA] (16-bit). Buffer c % kFoldBuffers
   // holds chunk c.
   constexpr int kLdA = BT + 8, kFoldBuffers = kStateFoldBuffers<TileV>;
   constexpr int kFoldElems = kStateFoldBufferElems<BT, K>;
   uint16_t* fold_s = reinterpret_cast<uint16_t*>(decay_s + K);
   static_assert((K * sizeof(float)) % 16 == 0 && (kFoldElems * sizeof(uint16_t)) % 16 == 0 &&
-                    m::fragment_stride_ok(kLdA),
+                    (kChainElems * sizeof(uint16_t)) % 16 == 0 && m::fragment_stride_ok(kLdA),
                 "16-byte aligned rows");
+  struct FoldBuffer {
+    uint16_t *qg, *hi, *lo;
+  };
+  auto fold_buffer = [&](int b) {
+    uint16_t* qg = fold_s + b * kFoldElems;
+    return FoldBuffer{qg, qg + BT * kLd, qg + BT * kLd + BT * kLdA};
+  };
+  // The chain's barrier: the whole block, or with output warps the chain warps only.
+  auto chain_sync = [&] {
+    if constexpr (OutWarps > 0) {
+      detail::named_barrier_sync(kStateChainBarrier, kThreads);
+    } else {
+      __syncthreads();
+    }
+  };
 
   const int num_v_tiles = p.head_dim_v / TileV;
   const int vt = blockIdx.x % num_v_tiles;
@@ -262,23 +303,22 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   };
 
   // kFoldOutput: a chunk's qg and Aqk (hi, lo) rows start for buffer `b` of shared memory, as one group of
-  // asynchronous copies (committed even when empty, so that "all groups but the newest" always means the chunk
-  // before). Rows past the chunk are left as they are: they feed only rows of o that are never stored.
-  auto issue_fold_loads = [&](int64_t start, int length, int b) {
-    uint16_t* qg_s = fold_s + b * kFoldElems;
-    uint16_t* hi_s = qg_s + BT * kLd;
-    uint16_t* lo_s = hi_s + BT * kLdA;
+  // asynchronous copies by the `threads` threads that take part (this one is number `tid`), committed even when
+  // empty, so that "all groups but the newest" always means the chunk before. Rows past the chunk are left as they
+  // are: they feed only rows of o that are never stored.
+  auto issue_fold_loads = [&](int64_t start, int length, int b, int tid, int threads) {
+    const FoldBuffer f = fold_buffer(b);
     const uint16_t* qg = static_cast<const uint16_t*>(p.qg);
-    for (int e = threadIdx.x; e < length * kRowVecs; e += kThreads) {
+    for (int e = tid; e < length * kRowVecs; e += threads) {
       const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
-      detail::copy16_async(&qg_s[i * kLd + d], qg + ((start + i) * p.num_heads + h) * K + d);
+      detail::copy16_async(&f.qg[i * kLd + d], qg + ((start + i) * p.num_heads + h) * K + d);
     }
     constexpr int kAqkVecs = BT / 8;  // 16-byte vectors per 16-bit row
-    for (int e = threadIdx.x; e < length * kAqkVecs; e += kThreads) {
+    for (int e = tid; e < length * kAqkVecs; e += threads) {
       const int i = e / kAqkVecs, j = (e % kAqkVecs) * 8;
       const int64_t at = ((start + i) * p.num_heads + h) * BT + j;
-      detail::copy16_async(&hi_s[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_hi) + at);
-      detail::copy16_async(&lo_s[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_lo) + at);
+      detail::copy16_async(&f.hi[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_hi) + at);
+      detail::copy16_async(&f.lo[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_lo) + at);
     }
     detail::copy16_async_commit();
   };
@@ -292,37 +332,39 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
   // two wait on theirs; fold_output then starts from it. With one buffer it is formed in fold_output (the copies of
   // qg are only waited for after step 2). Either way the same products in the same order.
   constexpr int kTileRounds = (kRowTiles * kColTiles + Warps - 1) / Warps;
-  constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2;
+  constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2 && OutWarps == 0;
   m::Acc o_inter[kInterEarly ? kTileRounds : 1];
-  auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, int rt, int ct) {
+  auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct) {
     m::zero(o);
 #pragma unroll
     for (int kt = 0; kt < K / 16; ++kt) {
       m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
-                m::load_b(&state_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+                m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
     }
   };
-  auto fold_output = [&](int64_t start, int length, int row_tiles, int b) {
-    const uint16_t* qg_s = fold_s + b * kFoldElems;
-    const uint16_t* hi_s = qg_s + BT * kLd;
-    const uint16_t* lo_s = hi_s + BT * kLdA;
+  // Output tiles dealt in turn to `workers` warps (this one is number `worker`: the chain's warps, or the output
+  // warps), from round(S) at s_s and v_new at vn_s.
+  auto fold_output = [&](int64_t start, int length, int row_tiles, int b, int worker, auto workers,
+                         const uint16_t* s_s, const uint16_t* vn_s) {
+    constexpr int kWorkers = decltype(workers)::value;
+    const FoldBuffer f = fold_buffer(b);
     uint16_t* o_out = static_cast<uint16_t*>(p.o.data);
 #pragma unroll
-    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
-      const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
+    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += kWorkers) {
+      const int t = t0 + worker, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
       m::Acc o;
       if constexpr (kInterEarly) {
         o = o_inter[t0 / Warps];
       } else {
-        qg_round_s(o, qg_s, rt, ct);
+        qg_round_s(o, f.qg, s_s, rt, ct);
       }
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
       for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
-        const m::FragA hi = m::load_a(&hi_s[rt * 16 * kLdA + kt * 16], kLdA, lane);
-        const m::FragA lo = m::load_a(&lo_s[rt * 16 * kLdA + kt * 16], kLdA, lane);
-        const m::FragB vn = m::load_b(&uv_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
+        const m::FragA hi = m::load_a(&f.hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
+        const m::FragA lo = m::load_a(&f.lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
+        const m::FragB vn = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
         m::mma<E>(o, hi, vn);
         m::mma<E>(o, lo, vn);
       }
@@ -342,10 +384,42 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
   };
 
+  // Output warps: their own loop over the chunks, one step behind the chain. They copy qg and Aqk a chunk ahead
+  // (buffer (c + 1) % 2 was last read for chunk c - 1, which every output warp is past after kStateOutputBarrier),
+  // wait for the chain's ready on buffer c % 2, form o from it, and free it for chunk c + 2. They stop where the
+  // chain stops (a bad chunk table) and arrive on free only where the chain will wait for it.
+  if constexpr (OutWarps > 0) {
+    if (warp >= Warps) {
+      constexpr int kOutThreads = OutWarps * kWarpSize;
+      const int tid = threadIdx.x - kThreads;
+      if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, tid, kOutThreads);
+      for (int64_t c = 0; c < num_chunks; ++c) {
+        const int64_t gid = first_chunk + c;
+        if (gid < 0 || gid >= nt) break;
+        const int64_t start = bos + c * BT;
+        const int length = chunk_length(c), b = int(c % 2);
+        if (c > 0) detail::named_barrier_sync(kStateOutputBarrier, kOutThreads);
+        if (c + 1 < num_chunks) {
+          issue_fold_loads(start + BT, chunk_length(c + 1), 1 - b, tid, kOutThreads);
+        } else {
+          detail::copy16_async_commit();
+        }
+        detail::copy16_async_wait_prior();  // this chunk's qg and Aqk; the barrier below publishes them
+        detail::named_barrier_sync(kStateReadyBarrier + b, kBlockThreads);
+        const uint16_t* s_s = chain_s + b * kChainElems;
+        fold_output(start, length, (length + 15) / 16, b, warp - Warps, std::integral_constant<int, OutWarps>{}, s_s,
+                    s_s + K * kLdV);
+        if (c + 2 < num_chunks && gid + 2 < nt) detail::named_barrier_arrive(kStateFreeBarrier + b, kBlockThreads);
+      }
+      detail::copy16_async_wait();
+      return;
+    }
+  }
+
   ChunkRegs next;
   if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
-  if constexpr (kFoldOutput && kFoldBuffers == 2) {
-    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0);
+  if constexpr (kFoldOutput && kFoldBuffers == 2 && OutWarps == 0) {
+    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, kThreads);
   }
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
@@ -355,19 +429,28 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
     const int64_t start = bos + c * BT;
     const int length = chunk_length(c);
-    __syncthreads();  // the previous chunk's reads of shared memory are done
+    const int b = kChainBuffers == 2 ? int(c % 2) : 0;
+    state_s = chain_s + b * kChainElems;
+    uv_s = state_s + K * kLdV;
+    // The previous chunk's reads of shared memory are done; with output warps, from chunk 2 on, also their reads
+    // of buffer b (chunk c - 2), and that barrier holds every chain warp too.
+    if (OutWarps > 0 && c >= 2) {
+      detail::named_barrier_sync(kStateFreeBarrier + b, kBlockThreads);
+    } else {
+      chain_sync();
+    }
 
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
-    if constexpr (kFoldOutput) {  // the chunk ahead (two buffers; the one it takes was last read before the barrier
-                                  // above), or this chunk (one buffer)
+    if constexpr (kFoldOutput && OutWarps == 0) {  // the chunk ahead (two buffers; the one it takes was last read
+                                                   // before the barrier above), or this chunk (one buffer)
       if constexpr (kFoldBuffers == 2) {
         if (c + 1 < num_chunks) {
-          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2));
+          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2), threadIdx.x, kThreads);
         } else {
           detail::copy16_async_commit();
         }
       } else {
-        issue_fold_loads(start, length, 0);
+        issue_fold_loads(start, length, 0, threadIdx.x, kThreads);
       }
     }
     store_chunk(next);
@@ -382,7 +465,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
       }
     });
     if constexpr (kInterEarly) detail::copy16_async_wait_prior();  // this chunk's qg and Aqk, copied a chunk ahead
-    __syncthreads();
+    chain_sync();
     if constexpr (!kLateCopies) copy_h(gid);
     // 2. v_new = u - w round(S), per 16x16 tile as two independent accumulation chains (even and odd 32-column
     //    steps) added at the end: this product is on the serial path from one chunk to the next, so its latency
@@ -401,7 +484,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
                              &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
       }
-      if constexpr (kInterEarly) qg_round_s(o_inter[t0 / Warps], fold_s + int(c % 2) * kFoldElems, rt, ct);
+      if constexpr (kInterEarly) qg_round_s(o_inter[t0 / Warps], fold_buffer(int(c % 2)).qg, state_s, rt, ct);
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
 #pragma unroll
@@ -413,8 +496,10 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
         cell = i < length ? rounded.bits : uint16_t(0);
       }
     }
-    if constexpr (kFoldOutput && !kInterEarly) detail::copy16_async_wait();  // this chunk's qg and Aqk
-    __syncthreads();
+    if constexpr (kFoldOutput && !kInterEarly && OutWarps == 0) detail::copy16_async_wait();  // chunk's qg, Aqk
+    chain_sync();
+    // With output warps, round(S) and v_new of this chunk are theirs to read from here on.
+    if constexpr (OutWarps > 0) detail::named_barrier_arrive(kStateReadyBarrier + b, kBlockThreads);
     if constexpr (!kLateCopies) copy_v_new(start, length);
 
     // 3. S = exp2(G_last) S + kg^T v_new, over the chunk's row tiles only (a short chunk, e.g. a decode or a
@@ -448,7 +533,10 @@ __global__ void __launch_bounds__(Warps * kWarpSize, (state_mma_min_blocks<TileV
     }
 
     // With the output folded in, its products go in behind the update's, which nothing here waits on.
-    if constexpr (kFoldOutput) fold_output(start, length, row_tiles, int(c % kFoldBuffers));
+    if constexpr (kFoldOutput && OutWarps == 0) {
+      fold_output(start, length, row_tiles, int(c % kFoldBuffers), warp, std::integral_constant<int, Warps>{},
+                  state_s, uv_s);
+    }
 
     // 4. With kLateCopies, v_new and h leave here, while the update's products are in flight.
     if constexpr (kLateCopies) {

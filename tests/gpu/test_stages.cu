@@ -353,8 +353,9 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
 
   // The output folded into the state kernel (what chunk_kda_fwd runs for K in {64, 128}): o and the final state
   // bit-identical to the state launch writing h and v_new followed by the output launch on them with q_gated, at
-  // both widths the fold has, in both metadata modes, with o contiguous (4-byte pair stores) and two bytes off
-  // (element stores). Any bf16 tensor serves as qg here: the normalised q stands in.
+  // both widths the fold has, with and without output warps on 32 columns (NVIDIA), in both metadata modes, with o
+  // contiguous (4-byte pair stores) and two bytes off (element stores). Any bf16 tensor serves as qg here: the
+  // normalised q stands in.
   if (K == 64 || K == 128) {
     for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
       auto m = device_metadata(p, BT, mode);
@@ -373,8 +374,12 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       std::vector<float> lo_host(R.Aqk.size());
       for (size_t i = 0; i < lo_host.size(); ++i) lo_host[i] = R.Aqk[i] - ref::round_io(io, R.Aqk[i]);
       DeviceBuffer aqk_hi = upload_dtype(R.Aqk, io), aqk_lo = upload_dtype(lo_host, io);
-      for (int v_tile : {32, 64}) {
-        if (V % v_tile != 0) continue;
+      struct FoldForm {
+        int v_tile, output_warps;
+      };
+      for (FoldForm form : {FoldForm{32, 0}, FoldForm{32, kernels::kStateOutputWarps}, FoldForm{64, 0}}) {
+        const int v_tile = form.v_tile;
+        if (V % v_tile != 0 || (form.output_warps > 0 && !kda::detail::kNamedBarriers)) continue;
         for (int offset : {0, 2}) {
           DeviceBuffer o_f(T * H * V * 2 + 16), ht_f(state_bytes);
           EXPECT_EQ(hipMemsetAsync(o_f.get(), 0xff, T * H * V * 2 + 16, nullptr), hipSuccess);
@@ -390,9 +395,11 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           f.scale = p.scale;
           f.v_tile = v_tile;
           f.warps = 8;
+          f.output_warps = form.output_warps;
           EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-          const std::string where = tag + "folded output, v_tile " + std::to_string(v_tile) + ", o offset " +
-                                    std::to_string(offset) + ", " + mode_name(mode);
+          const std::string where = tag + "folded output, v_tile " + std::to_string(v_tile) + ", output warps " +
+                                    std::to_string(form.output_warps) + ", o offset " + std::to_string(offset) +
+                                    ", " + mode_name(mode);
           EXPECT_EQ(download_raw(o_at, T * H * V * 2), want_o) << where << ": o differs from the output stage's";
           EXPECT_EQ(ht_f.download_bytes(), want_state) << where << ": final state differs";
         }
@@ -588,6 +595,18 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a = folded();
   a.scale = std::nanf("");
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "scale: not finite", "NaN scale");
+  // Output warps: only 0 or 4, and 4 only beside the folded 32-column tiles (on NVIDIA, where this test runs).
+  a = folded();
+  a.output_warps = 2;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: must be -1, 0 or 4", "2 warps");
+  a = folded();
+  a.v_tile = 64;
+  a.output_warps = 4;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 4 needs", "64 columns");
+  a = bed.state_args();
+  a.v_tile = 32;
+  a.output_warps = 4;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 4 needs", "not folded");
   IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m),
                        contiguous_view(static_cast<const void*>(bed.slice(0) + 2), H, K),
                        contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),

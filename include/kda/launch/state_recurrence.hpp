@@ -48,6 +48,10 @@ struct StateRecurrenceArgs {
   const void* Aqk_lo = nullptr;  // [T,H,BT] I/O type: round(Aqk - round(Aqk))
   MutableTensorView o{};         // out [T,H,V]; must not overlap w, u, kg, qg, Aqk or v_new
   float scale = 0.0f;            // 0 = K^-0.5
+  // Dedicated output warps beside the chain's 8 with the output folded in: -1 = the launcher's choice
+  // (detail::state_output_warps), 0 or 4 forces it (tests, tuning; 4 needs the 32-column tiles and NVIDIA). Every
+  // choice gives bit-identical results.
+  int output_warps = -1;
 };
 
 // Whether a has the output folded in.
@@ -100,6 +104,16 @@ inline int state_warps(const StateRecurrenceArgs& a) {
   return state_v_tile(a) >= 32 ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
 }
 
+// Output warps the launcher runs: a forced a.output_warps, else kStateOutputWarps for the folded 32-column tiles on
+// NVIDIA (named barriers), where one long sequence's chain of chunk steps leaves the SM's issue slots mostly idle:
+// the output warps form o there off the chain (H200, docs/performance.md v24). Elsewhere none: the 64-column tiles
+// run two blocks per SM at 128 registers, and AMD has no named barriers.
+inline int state_output_warps(const StateRecurrenceArgs& a) {
+  if (a.output_warps >= 0) return a.output_warps;
+  const bool folded_narrow = state_folds_output(a) && state_v_tile(a) == 32;
+  return folded_narrow && kNamedBarriers ? kernels::kStateOutputWarps : 0;
+}
+
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
   KDA_REQUIRE(a.warps == 0 || a.warps == 4 || a.warps == 8, "warps: must be 0, 4 or 8");
@@ -114,30 +128,39 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
     KDA_REQUIRE(state_v_tile(a) >= 32 && state_warps(a) == kernels::kStateMmaWideWarps,
                 "o: the output folded in needs a V-tile of 32 or 64 columns and 8 warps");
   }
+  KDA_REQUIRE(a.output_warps == -1 || a.output_warps == 0 || a.output_warps == kernels::kStateOutputWarps,
+              "output_warps: must be -1, 0 or 4");
+  KDA_REQUIRE(a.output_warps <= 0 || (state_folds_output(a) && state_v_tile(a) == 32 && kNamedBarriers),
+              "output_warps: 4 needs the output folded in, a V-tile of 32 columns and NVIDIA");
   return Status();
 }
 
-template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false>
+template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold>;
-  constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold>();
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps>;
+  constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold, OutWarps>();
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
   const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
-  kKernel<<<static_cast<unsigned>(blocks), Warps * kWarpSize, kShared, stream>>>(p);
+  kKernel<<<static_cast<unsigned>(blocks), (Warps + OutWarps) * kWarpSize, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
 }
 
-// The output folded in is instantiated only for the tiles the launcher picks (8 warps, 32 or 64 columns):
-// validate_state_v_tile refuses the others.
+// The output folded in (fold) is instantiated only for the tiles the launcher picks (8 warps, 32 or 64 columns;
+// output warps on 32 columns, NVIDIA only): validate_state_v_tile refuses the others.
 template <typename E, int BT, int K>
-inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps,
-                               int64_t sequences_heads, hipStream_t stream) {
+inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps, bool fold,
+                               int output_warps, int64_t sequences_heads, hipStream_t stream) {
   constexpr int kWide = kernels::kStateMmaWideWarps, kNarrow = kernels::kStateMmaWarps;
   const bool wide = warps == kWide;
-  if (p.o.data != nullptr) {
-    return v_tile == 64 ? launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, stream)
-                        : launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, stream);
+  if (fold) {
+    if (v_tile == 64) return launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, stream);
+#if defined(KDA_PLATFORM_CUDA)
+    if (output_warps > 0) {
+      return launch_state_mma<E, BT, K, 32, kWide, true, kernels::kStateOutputWarps>(p, sequences_heads, stream);
+    }
+#endif
+    return launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, stream);
   }
   switch (v_tile) {
     case 64:
@@ -182,9 +205,14 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
   return detail::dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value;
-    const int v_tile = state_v_tile(a), warps = state_warps(a);
-    if (g.head_dim_k == 64) return launch_state_mma<E, BT, 64>(p, v_tile, warps, sequences_heads, stream);
-    if (g.head_dim_k == 128) return launch_state_mma<E, BT, 128>(p, v_tile, warps, sequences_heads, stream);
+    const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
+    const bool fold = state_folds_output(a);
+    if (g.head_dim_k == 64) {
+      return launch_state_mma<E, BT, 64>(p, v_tile, warps, fold, output_warps, sequences_heads, stream);
+    }
+    if (g.head_dim_k == 128) {
+      return launch_state_mma<E, BT, 128>(p, v_tile, warps, fold, output_warps, sequences_heads, stream);
+    }
     const int64_t blocks = sequences_heads * (g.head_dim_v / kernels::kStateTileV);
     kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();

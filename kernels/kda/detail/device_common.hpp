@@ -64,6 +64,36 @@ __device__ inline void copy16_async_wait_prior() {
 #endif
 }
 
+// Named barriers (NVIDIA: bar.sync / bar.arrive on barrier ids 1-15; id 0 is __syncthreads), for blocks whose warps
+// play different roles: named_barrier_sync waits until `threads` threads (a multiple of the warp size) have reached
+// barrier `id`, by either call; named_barrier_arrive counts the calling warp's threads and goes on without waiting.
+// Either orders the caller's earlier memory accesses before the barrier completes, so a producer's arrive and a
+// consumer's sync hand data over. AMD has no equivalent (kNamedBarriers is false): code that needs them is not
+// instantiated there, and these trap if it ever is.
+#if defined(KDA_PLATFORM_CUDA)
+constexpr bool kNamedBarriers = true;
+#else
+constexpr bool kNamedBarriers = false;
+#endif
+__device__ inline void named_barrier_sync(int id, int threads) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP__)
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id;
+  (void)threads;
+  __builtin_trap();
+#endif
+}
+__device__ inline void named_barrier_arrive(int id, int threads) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP__)
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id;
+  (void)threads;
+  __builtin_trap();
+#endif
+}
+
 // The 8 16-bit E values packed in raw, as floats.
 template <typename E>
 __device__ inline void unpack8(const uint4& raw, float out[8]) {
