@@ -46,6 +46,15 @@ BatchSpec mixed64() {
   return {"mixed64", "56 decodes of 1..8 tokens then 8 prefills of 200..1799 (mt19937 seed 0)", cu};
 }
 
+// A few long prefills: 4 x 4096 tokens. Between the single sequences and the many short ones: 512 state blocks of
+// 32 columns, enough to fill the GPU once or more, where the output folded into the state kernel measured slower
+// than as a launch of its own (docs/performance.md, v23).
+BatchSpec prefill4x4k() {
+  std::vector<int64_t> cu;
+  check(make_prefill_cu_seqlens({4096, 4096, 4096, 4096}, &cu));
+  return {"prefill4x4k", "4 prefills of 4096 tokens", cu};
+}
+
 BatchSpec spec256x8() {
   std::vector<int64_t> cu;
   check(make_spec_cu_seqlens(256, 8, &cu));
@@ -58,6 +67,7 @@ const std::vector<BatchSpec>& bench_batches() {
   static const std::vector<BatchSpec> batches = {
       single("single1k", 1024), single("single8k", 8192), single("single32k", 32768),
       varlen16(),               mixed64(),                spec256x8(),
+      prefill4x4k(),
   };
   return batches;
 }

@@ -125,32 +125,37 @@ class BenchProblem {
     a.o = contiguous_view(o.get(), c.H, c.V);
 
     KDA_RETURN_IF_RUNTIME_ERROR(workspace.allocate(chunk_kda_workspace_size(a)));
-    if (bench_options().output_separate) {
-      KDA_RETURN_IF_RUNTIME_ERROR(separate_workspace.allocate(
-          detail::chunk_kda_workspace_layout(a, detail::ChunkKdaPath::kAuto, detail::ChunkKdaOutput::kSeparate).total));
+    if (forced_output() != detail::ChunkKdaOutput::kAuto) {
+      KDA_RETURN_IF_RUNTIME_ERROR(forced_workspace.allocate(
+          detail::chunk_kda_workspace_layout(a, detail::ChunkKdaPath::kAuto, forced_output()).total));
     }
     KDA_RETURN_IF_RUNTIME_ERROR(hipStreamSynchronize(stream));
     return Status();
   }
 
-  // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with --kda_output_separate, the form
-  // with the output as a launch of its own, in its own workspace).
+  // The output form the end-to-end benchmarks force (--kda_output_separate, --kda_output_folded), else kAuto.
+  static detail::ChunkKdaOutput forced_output() {
+    if (bench_options().output_separate) return detail::ChunkKdaOutput::kSeparate;
+    return bench_options().output_folded ? detail::ChunkKdaOutput::kFolded : detail::ChunkKdaOutput::kAuto;
+  }
+  // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with a forced output form, that form,
+  // in a workspace of its own).
   Status run(hipStream_t stream) const {
-    if (bench_options().output_separate) {
-      return detail::chunk_kda_fwd_on_path(args, separate_workspace.get(), separate_workspace.bytes(), stream,
-                                           detail::ChunkKdaPath::kAuto, detail::ChunkKdaOutput::kSeparate);
+    if (forced_output() != detail::ChunkKdaOutput::kAuto) {
+      return detail::chunk_kda_fwd_on_path(args, forced_workspace.get(), forced_workspace.bytes(), stream,
+                                           detail::ChunkKdaPath::kAuto, forced_output());
     }
     return chunk_kda_fwd(args, workspace.get(), workspace.bytes(), stream);
   }
   // The workspace run() uses.
   size_t run_workspace_bytes() const {
-    return bench_options().output_separate ? separate_workspace.bytes() : workspace.bytes();
+    return forced_output() != detail::ChunkKdaOutput::kAuto ? forced_workspace.bytes() : workspace.bytes();
   }
 
   const ProblemConfig& config() const { return config_; }
 
   ChunkKdaArgs args;
-  DeviceBuffer q, k, v, g, beta, A_log, dt_bias, cu, tables, state_in, state_out, o, workspace, separate_workspace;
+  DeviceBuffer q, k, v, g, beta, A_log, dt_bias, cu, tables, state_in, state_out, o, workspace, forced_workspace;
   PinnedBuffer staging;
   int64_t num_chunks = 0;  // host NT
 

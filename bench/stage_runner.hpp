@@ -115,6 +115,8 @@ class StageRunner {
     if (!own.output_folded) {
       state_.v_tile = state_with_h_.v_tile;
       state_.warps = state_with_h_.warps;
+    } else {
+      state_.output_warps = bench_options().state_output_warps;
     }
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
