@@ -83,10 +83,10 @@ inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
 // kda_bench times each form's launches on their own.
 enum class ChunkKdaPath { kAuto, kStaged, kFused };
 
-// Where chunk_kda_fwd forms the output: kAuto folds it into the state kernel where the sizes say it pays
-// (chunk_kda_output_folded); kFolded wherever it can (chunk_kda_output_foldable); kSeparate keeps a separate output
-// launch that reads a per-chunk h from the workspace. All give the same bits; tests compare them and kda_bench
-// times kAuto and kSeparate.
+// Where chunk_kda_fwd forms the output: kAuto is the library's rule (chunk_kda_output_folded: today the same as
+// kFolded); kFolded folds it into the state kernel wherever it can (chunk_kda_output_foldable); kSeparate keeps a
+// separate output launch that reads a per-chunk h from the workspace. All give the same bits; tests compare them and
+// kda_bench times each (--kda_output_folded, --kda_output_separate).
 enum class ChunkKdaOutput { kAuto, kFolded, kSeparate };
 
 // The fused form needs sequences that average at least this many chunks. Its prepare kernel does the l2norm and gate
@@ -110,29 +110,18 @@ inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
          m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences;
 }
 
-// Most blocks of the folded state kernel's 32-column tiles (one block per SM: they hold two chunks' qg and Aqk) for
-// which chunk_kda_fwd folds the output in: one wave on an H100 / H200. Past it the output as a launch of its own
-// was faster on the H200 (4 x 4096 and 8 x 2048 tokens, 512 and 1,024 such blocks: +6 % folded; docs/performance.md).
-constexpr int64_t kFoldMaxNarrowStateBlocks = 128;
-
 // Whether the state kernel forms the output (o = scale qg round(S) + Aqk v_new, chunk after chunk), so that no
-// per-chunk h reaches memory and no output launch runs. It needs qg = round(q exp2 G) in the workspace, which the
-// fused form's prepare writes, and the staged form's one prepare kernel (qk_l2norm on, K and V in {64, 128}) too;
-// and a state grid it suits: the 64-column tiles (many blocks), or at most kFoldMaxNarrowStateBlocks of 32 columns.
-// Elsewhere (K or V 256, unnormalised q and k in the staged form, mid-size batches) the output stays a launch of its
-// own. Sizes only, so the workspace layout follows.
-// Whether the state kernel can form the output: qg exists (the fused form's prepare writes it, and the staged form's
-// one prepare kernel).
+// per-chunk h reaches memory and no output launch runs: wherever it can, i.e. wherever qg = round(q exp2 G) is in the
+// workspace, which the fused form's prepare writes, and the staged form's one prepare kernel (qk_l2norm on, K and V
+// in {64, 128}) too. Elsewhere (K or V 256, unnormalised q and k in the staged form) the output stays a launch of its
+// own. Issue 5 asks for no per-chunk h unless the caller wants state checkpoints, so the fold is not traded for
+// speed: on mid-size batches (a few long prefills) the separate launch measured a few per cent faster
+// (docs/performance.md, v23-v25). Sizes only, so the workspace layout follows.
 inline bool chunk_kda_output_foldable(const ChunkKdaArgs& a, bool inputs_fused) {
   return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
 }
 inline bool chunk_kda_output_folded(const ChunkKdaArgs& a, bool inputs_fused) {
-  if (!chunk_kda_output_foldable(a, inputs_fused)) return false;
-  StateRecurrenceArgs state;
-  state.geometry = a.geometry;
-  const int tile = state_v_tile(state);
-  const int64_t blocks = a.geometry.metadata.num_sequences * a.geometry.num_heads * (a.geometry.head_dim_v / tile);
-  return tile == 64 || blocks <= kFoldMaxNarrowStateBlocks;
+  return chunk_kda_output_foldable(a, inputs_fused);
 }
 
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,

@@ -67,7 +67,7 @@ constexpr size_t state_mma_shared_bytes() {
 // H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
 // blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
 // two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register (with
-// output warps, 12 warps share them: 168 registers each).
+// output warps, 12 or 16 warps share them: 168 or 128 registers each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
@@ -88,6 +88,8 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   namespace m = detail::mma;
   constexpr int kThreads = Warps * kWarpSize;  // the chain's threads (all of the block without output warps)
   constexpr int kBlockThreads = (Warps + OutWarps) * kWarpSize;
+  using ChainThreads = std::integral_constant<int, kThreads>;
+  using OutThreads = std::integral_constant<int, OutWarps * kWarpSize>;
   static_assert(OutWarps == 0 || (kFoldOutput && TileV == 32 && detail::kNamedBarriers),
                 "output warps: the folded 32-column tiles, on NVIDIA (named barriers)");
   constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
@@ -304,27 +306,46 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
 
   // kFoldOutput: a chunk's qg and Aqk (hi, lo) rows start for buffer `b` of shared memory, as one group of
   // asynchronous copies by the `threads` threads that take part (this one is number `tid`), committed even when
-  // empty, so that "all groups but the newest" always means the chunk before. Rows past the chunk are left as they
-  // are: they feed only rows of o that are never stored.
-  auto issue_fold_loads = [&](int64_t start, int length, int b, int tid, int threads) {
+  // empty, so that "all groups but the newest" always means the chunk before. Each thread copies one 16-byte column
+  // of every (threads / vectors per row)-th row, from one base offset by a fixed stride (the output warps spent a
+  // third of their instructions on per-copy index arithmetic before). Rows past the chunk are left as they are: they
+  // feed only rows of o that are never stored.
+  auto issue_fold_loads = [&](int64_t start, int length, int b, int tid, auto threads) {
+    constexpr int kT = decltype(threads)::value;
+    constexpr int kAqkVecs = BT / 8;  // 16-byte vectors per 16-bit row of Aqk
+    static_assert(kT % kRowVecs == 0 && kT % kAqkVecs == 0, "whole rows per pass");
     const FoldBuffer f = fold_buffer(b);
-    const uint16_t* qg = static_cast<const uint16_t*>(p.qg);
-    for (int e = tid; e < length * kRowVecs; e += threads) {
-      const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
-      detail::copy16_async(&f.qg[i * kLd + d], qg + ((start + i) * p.num_heads + h) * K + d);
+    {
+      constexpr int kRows = kT / kRowVecs;  // rows of qg per pass
+      const int i0 = tid / kRowVecs, d = (tid % kRowVecs) * 8;
+      const uint16_t* qg = static_cast<const uint16_t*>(p.qg);
+      const int64_t at = ((start + i0) * p.num_heads + h) * K + d, stride = int64_t(kRows) * p.num_heads * K;
+#pragma unroll
+      for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
+        const int i = i0 + x * kRows;
+        if (i < length) detail::copy16_async(&f.qg[i * kLd + d], qg + at + x * stride);
+      }
     }
-    constexpr int kAqkVecs = BT / 8;  // 16-byte vectors per 16-bit row
-    for (int e = tid; e < length * kAqkVecs; e += threads) {
-      const int i = e / kAqkVecs, j = (e % kAqkVecs) * 8;
-      const int64_t at = ((start + i) * p.num_heads + h) * BT + j;
-      detail::copy16_async(&f.hi[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_hi) + at);
-      detail::copy16_async(&f.lo[i * kLdA + j], static_cast<const uint16_t*>(p.aqk_lo) + at);
+    {
+      constexpr int kRows = kT / kAqkVecs;  // rows of Aqk per pass
+      const int i0 = tid / kAqkVecs, j = (tid % kAqkVecs) * 8;
+      const uint16_t* hi = static_cast<const uint16_t*>(p.aqk_hi);
+      const uint16_t* lo = static_cast<const uint16_t*>(p.aqk_lo);
+      const int64_t at = ((start + i0) * p.num_heads + h) * BT + j, stride = int64_t(kRows) * p.num_heads * BT;
+#pragma unroll
+      for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
+        const int i = i0 + x * kRows;
+        if (i < length) {
+          detail::copy16_async(&f.hi[i * kLdA + j], hi + at + x * stride);
+          detail::copy16_async(&f.lo[i * kLdA + j], lo + at + x * stride);
+        }
+      }
     }
     detail::copy16_async_commit();
   };
-  // kFoldOutput: this warp's output tiles (dealt as step 2's), formed as chunk_output_mma_kernel forms them: qg
-  // round(S) over K in order, times scale, then Aqk v_new with Aqk as hi + lo over the tiles kt <= rt. Rows of o
-  // leave as 4-byte pairs where the accumulator layout and o's alignment allow, else one element at a time.
+  // kFoldOutput: output tiles formed as chunk_output_mma_kernel forms them: qg round(S) over K in order, times
+  // scale, then Aqk v_new with Aqk as hi + lo over the tiles kt <= rt. Rows of o leave as 4-byte pairs where the
+  // accumulator layout and o's alignment allow, else one element at a time.
   const bool o_pairs = m::kAccPairsInRows && reinterpret_cast<uintptr_t>(p.o.data) % 4 == 0 &&
                        p.o.token_stride % 2 == 0 && p.o.head_stride % 2 == 0;
   // o's first product qg round(S) of tile round r (t0 = r * Warps): with the copies a chunk ahead (kInterEarly) it is
@@ -334,24 +355,49 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   constexpr int kTileRounds = (kRowTiles * kColTiles + Warps - 1) / Warps;
   constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2 && OutWarps == 0;
   m::Acc o_inter[kInterEarly ? kTileRounds : 1];
+  auto qg_round_s_step = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct, int kt) {
+    m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
+              m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+  };
   auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct) {
     m::zero(o);
 #pragma unroll
-    for (int kt = 0; kt < K / 16; ++kt) {
-      m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
-                m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+    for (int kt = 0; kt < K / 16; ++kt) qg_round_s_step(o, qg_s, s_s, rt, ct, kt);
+  };
+  // The rest of output tile (rt, ct) once o holds qg round(S): the scale, Aqk v_new (v_new at vn_s), then o's rows.
+  auto finish_o_tile = [&](m::Acc& o, const FoldBuffer& f, const uint16_t* vn_s, int64_t start, int length, int rt,
+                           int ct) {
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
+    for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
+      const m::FragA hi = m::load_a(&f.hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
+      const m::FragA lo = m::load_a(&f.lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
+      const m::FragB vn = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
+      m::mma<E>(o, hi, vn);
+      m::mma<E>(o, lo, vn);
+    }
+    uint16_t* o_out = static_cast<uint16_t*>(p.o.data);
+    const int64_t tile_at = detail::element_offset(p.o, start + rt * 16, h, v0 + ct * 16);  // o of the tile's corner
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; e += 2) {
+      const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
+      const int i0 = rt * 16 + c0.row, i1 = rt * 16 + c1.row;
+      const uint16_t b0 = numeric::from_float<E>(o.x[e]).bits, b1 = numeric::from_float<E>(o.x[e + 1]).bits;
+      if (o_pairs) {
+        const int64_t off0 = tile_at + int64_t(c0.row) * p.o.token_stride + c0.col;
+        if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = uint32_t(b0) | (uint32_t(b1) << 16);
+      } else {
+        if (i0 < length) o_out[detail::element_offset(p.o, start + i0, h, v0 + ct * 16 + c0.col)] = b0;
+        if (i1 < length) o_out[detail::element_offset(p.o, start + i1, h, v0 + ct * 16 + c1.col)] = b1;
+      }
     }
   };
-  // Output tiles dealt in turn to `workers` warps (this one is number `worker`: the chain's warps, or the output
-  // warps), from round(S) at s_s and v_new at vn_s.
-  auto fold_output = [&](int64_t start, int length, int row_tiles, int b, int worker, auto workers,
-                         const uint16_t* s_s, const uint16_t* vn_s) {
-    constexpr int kWorkers = decltype(workers)::value;
+  // Output tiles dealt in turn to the chain's warps (tile t0 + warp), from round(S) at s_s and v_new at vn_s.
+  auto fold_output = [&](int64_t start, int length, int row_tiles, int b, const uint16_t* s_s, const uint16_t* vn_s) {
     const FoldBuffer f = fold_buffer(b);
-    uint16_t* o_out = static_cast<uint16_t*>(p.o.data);
 #pragma unroll
-    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += kWorkers) {
-      const int t = t0 + worker, rt = t / kColTiles, ct = t % kColTiles;
+    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
+      const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
       m::Acc o;
       if constexpr (kInterEarly) {
@@ -359,28 +405,37 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
       } else {
         qg_round_s(o, f.qg, s_s, rt, ct);
       }
+      finish_o_tile(o, f, vn_s, start, length, rt, ct);
+    }
+  };
+  // The same dealt to the output warps (tile r * OutWarps + worker in round r), their rounds' qg round(S) products
+  // interleaved over K as independent chains: the output warps' step is a chain of dependent products, not issue.
+  auto fold_output_warps = [&](int64_t start, int length, int row_tiles, int b, int worker, const uint16_t* s_s,
+                               const uint16_t* vn_s) {
+    constexpr int kWorkers = OutWarps > 0 ? OutWarps : 1;
+    constexpr int kRounds = (kRowTiles * kColTiles + kWorkers - 1) / kWorkers;
+    const FoldBuffer f = fold_buffer(b);
+    auto tile_of = [&](int r, int& rt, int& ct) {
+      const int t = r * kWorkers + worker;
+      rt = t / kColTiles;
+      ct = t % kColTiles;
+      return t < kRowTiles * kColTiles && rt < row_tiles;  // uniform over the warp
+    };
+    m::Acc o[kRounds];
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
-      for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
-        const m::FragA hi = m::load_a(&f.hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
-        const m::FragA lo = m::load_a(&f.lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
-        const m::FragB vn = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
-        m::mma<E>(o, hi, vn);
-        m::mma<E>(o, lo, vn);
-      }
+    for (int r = 0; r < kRounds; ++r) m::zero(o[r]);
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; e += 2) {
-        const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
-        const int i0 = rt * 16 + c0.row, i1 = rt * 16 + c1.row;
-        const uint16_t b0 = numeric::from_float<E>(o.x[e]).bits, b1 = numeric::from_float<E>(o.x[e + 1]).bits;
-        const int64_t off0 = detail::element_offset(p.o, start + i0, h, v0 + ct * 16 + c0.col);
-        if (o_pairs) {
-          if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = uint32_t(b0) | (uint32_t(b1) << 16);
-        } else {
-          if (i0 < length) o_out[off0] = b0;
-          if (i1 < length) o_out[detail::element_offset(p.o, start + i1, h, v0 + ct * 16 + c1.col)] = b1;
-        }
+    for (int kt = 0; kt < K / 16; ++kt) {
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) {
+        int rt, ct;
+        if (tile_of(r, rt, ct)) qg_round_s_step(o[r], f.qg, s_s, rt, ct, kt);
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      int rt, ct;
+      if (tile_of(r, rt, ct)) finish_o_tile(o[r], f, vn_s, start, length, rt, ct);
     }
   };
 
@@ -392,7 +447,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     if (warp >= Warps) {
       constexpr int kOutThreads = OutWarps * kWarpSize;
       const int tid = threadIdx.x - kThreads;
-      if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, tid, kOutThreads);
+      if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, tid, OutThreads{});
       for (int64_t c = 0; c < num_chunks; ++c) {
         const int64_t gid = first_chunk + c;
         if (gid < 0 || gid >= nt) break;
@@ -400,15 +455,14 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         const int length = chunk_length(c), b = int(c % 2);
         if (c > 0) detail::named_barrier_sync(kStateOutputBarrier, kOutThreads);
         if (c + 1 < num_chunks) {
-          issue_fold_loads(start + BT, chunk_length(c + 1), 1 - b, tid, kOutThreads);
+          issue_fold_loads(start + BT, chunk_length(c + 1), 1 - b, tid, OutThreads{});
         } else {
           detail::copy16_async_commit();
         }
         detail::copy16_async_wait_prior();  // this chunk's qg and Aqk; the barrier below publishes them
         detail::named_barrier_sync(kStateReadyBarrier + b, kBlockThreads);
         const uint16_t* s_s = chain_s + b * kChainElems;
-        fold_output(start, length, (length + 15) / 16, b, warp - Warps, std::integral_constant<int, OutWarps>{}, s_s,
-                    s_s + K * kLdV);
+        fold_output_warps(start, length, (length + 15) / 16, b, warp - Warps, s_s, s_s + K * kLdV);
         if (c + 2 < num_chunks && gid + 2 < nt) detail::named_barrier_arrive(kStateFreeBarrier + b, kBlockThreads);
       }
       detail::copy16_async_wait();
@@ -419,7 +473,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   ChunkRegs next;
   if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
   if constexpr (kFoldOutput && kFoldBuffers == 2 && OutWarps == 0) {
-    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, kThreads);
+    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, ChainThreads{});
   }
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
@@ -445,12 +499,12 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
                                                    // before the barrier above), or this chunk (one buffer)
       if constexpr (kFoldBuffers == 2) {
         if (c + 1 < num_chunks) {
-          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2), threadIdx.x, kThreads);
+          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2), threadIdx.x, ChainThreads{});
         } else {
           detail::copy16_async_commit();
         }
       } else {
-        issue_fold_loads(start, length, 0, threadIdx.x, kThreads);
+        issue_fold_loads(start, length, 0, threadIdx.x, ChainThreads{});
       }
     }
     store_chunk(next);
@@ -534,8 +588,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
 
     // With the output folded in, its products go in behind the update's, which nothing here waits on.
     if constexpr (kFoldOutput && OutWarps == 0) {
-      fold_output(start, length, row_tiles, int(c % kFoldBuffers), warp, std::integral_constant<int, Warps>{},
-                  state_s, uv_s);
+      fold_output(start, length, row_tiles, int(c % kFoldBuffers), state_s, uv_s);
     }
 
     // 4. With kLateCopies, v_new and h leave here, while the update's products are in flight.

@@ -238,10 +238,8 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   KDA_FUZZ_CHECK(l.inputs_fused == kda::detail::chunk_kda_inputs_fused_by_shape(a));
   const i128 staged = fused ? 0 : 1;
   // The state kernel forms the output wherever qg exists (the fused form, and the staged form's one prepare kernel:
-  // qk_l2norm, K and V in {64, 128}) and the state grid suits it (64-column tiles, i.e. N H V / 64 >= 1024 blocks,
-  // or at most 128 blocks of 32 columns); then qg and no per-chunk h.
-  const i128 blocks64 = N * H * (V / 64), blocks32 = N * H * (V / 32);
-  const bool folded = (fused || (a.qk_l2norm && fusable)) && (blocks64 >= 1024 || blocks32 <= 128);
+  // qk_l2norm, K and V in {64, 128}); then qg and no per-chunk h.
+  const bool folded = fused || (a.qk_l2norm && fusable);
   KDA_FUZZ_CHECK(l.output_folded == folded);
   const i128 fold = folded ? 1 : 0;
   const Region regions[] = {

@@ -358,8 +358,8 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
       for (detail::ChunkKdaPath path : {detail::ChunkKdaPath::kFused, detail::ChunkKdaPath::kStaged}) {
         const std::string what = b.name + " gate " + std::to_string(int(gate)) +
                                  (path == detail::ChunkKdaPath::kFused ? " fused" : " staged");
-        // The output folded in wherever it can be (kFolded: these small batches' state grids are ones chunk_kda_fwd's
-        // own rule may not fold) against the separate output launch.
+        // The output folded in wherever it can be (kFolded, chunk_kda_fwd's own rule today) against the separate
+        // output launch.
         const auto fl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kFolded);
         const auto sl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kSeparate);
         ASSERT_TRUE(fl.output_folded) << what;
