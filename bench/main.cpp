@@ -35,7 +35,7 @@ void print_help() {
       "                       force V-tile width N (16, 32, 64; 0 = launcher's)\n"
       "  --kda_state_warps=N  the same benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
       "  --kda_state_output_warps=N  state_recurrence stage benchmarks with the output folded in force N output\n"
-      "                       warps (0, 4, 8; default: the launcher's)\n"
+      "                       warps (0, 8; default: the launcher's)\n"
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
       bench_options().calls, bench_options().warmup, kDefaultMinTime);
   benchmark::PrintDefaultHelp();

@@ -13,7 +13,7 @@ struct BenchOptions {
   int state_v_tile = 0;
   int state_warps = 0;   // --kda_state_warps=N: warps per block of the same benchmarks (4 or 8; 0 = launcher's)
   // --kda_state_output_warps=N: output warps of the state_recurrence stage benchmark where the output is folded in
-  // (0, 4 or 8; -1 = launcher's, the default)
+  // (0 or 8; -1 = launcher's, the default)
   int state_output_warps = -1;
   // --kda_output_separate / --kda_output_folded: the end-to-end benchmarks run chunk_kda_fwd with the output as a
   // launch of its own (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), or folded into the

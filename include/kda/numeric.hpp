@@ -117,6 +117,17 @@ KDA_HOST_DEVICE inline fp16_t from_float<fp16_t>(float f) { return fp16_t{float_
 template <>
 KDA_HOST_DEVICE inline float from_float<float>(float f) { return f; }
 
+// x as a pair of 16-bit T values whose sum carries ~16 significant bits: hi = round(x), lo = round(x - hi). The
+// matrix units take a fp32 operand this way (hi * y + lo * y). Raw bits.
+struct HiLoBits {
+  uint16_t hi, lo;
+};
+template <typename T>
+KDA_HOST_DEVICE inline HiLoBits split_hi_lo(float x) {
+  const T hi = from_float<T>(x);
+  return {hi.bits, from_float<T>(x - to_float(hi)).bits};
+}
+
 // x0 and x1 rounded to T (bf16_t or fp16_t) and packed as the low and high 16-bit halves of one word. In NVIDIA
 // device code that is one cvt.rn ...x2 instruction (its first source goes to the high half), elsewhere two
 // from_float; the bits are the same (tests/gpu/test_mma.cu sweeps them against each other).

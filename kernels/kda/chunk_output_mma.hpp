@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
     const float a4[4] = {av[x].x, av[x].y, av[x].z, av[x].w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const E hi = numeric::from_float<E>(a4[c]);
-      a_hi[i * kLdA + j + c] = hi.bits;
-      a_lo[i * kLdA + j + c] = numeric::from_float<E>(a4[c] - numeric::to_float(hi)).bits;
+      const numeric::HiLoBits a = numeric::split_hi_lo<E>(a4[c]);
+      a_hi[i * kLdA + j + c] = a.hi;
+      a_lo[i * kLdA + j + c] = a.lo;
     }
   }
   for (int e = threadIdx.x; e < BT * (V / 8); e += kThreads) {

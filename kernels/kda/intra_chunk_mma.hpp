@@ -144,8 +144,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
-  // Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs: one packed rounding for both his, one
-  // for both los, and one 32-bit store into each tile.
+  // Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs (numeric::split_hi_lo's bits, by
+  // pack2): one packed rounding for both his, one for both los, and one 32-bit store into each tile.
   auto split2 = [&](float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
     const uint32_t hi = numeric::pack2<E>(x0, x1);
     const float h0 = numeric::to_float(E{uint16_t(hi & 0xffffu)}), h1 = numeric::to_float(E{uint16_t(hi >> 16)});
@@ -482,9 +482,9 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       uint16_t hi[4], lo[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        const E rounded = numeric::from_float<E>(x[c]);
-        hi[c] = rounded.bits;
-        lo[c] = numeric::from_float<E>(x[c] - numeric::to_float(rounded)).bits;
+        const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
+        hi[c] = split.hi;
+        lo[c] = split.lo;
       }
       *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + row + j) =
           make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));

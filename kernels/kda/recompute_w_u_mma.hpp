@@ -106,9 +106,9 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     const float t4[4] = {tv[x].x, tv[x].y, tv[x].z, tv[x].w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const E hi = numeric::from_float<E>(t4[c]);
-      t_hi[i * kLdT + j + c] = hi.bits;
-      t_lo[i * kLdT + j + c] = numeric::from_float<E>(t4[c] - numeric::to_float(hi)).bits;
+      const numeric::HiLoBits t = numeric::split_hi_lo<E>(t4[c]);
+      t_hi[i * kLdT + j + c] = t.hi;
+      t_lo[i * kLdT + j + c] = t.lo;
     }
   }
 

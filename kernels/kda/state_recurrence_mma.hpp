@@ -41,7 +41,9 @@ namespace kda::kernels {
 
 constexpr int kStateMmaWarps = 4;      // warps per block of the 16-column tiles (and forced runs)
 constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
-constexpr int kStateOutputWarps = 4;   // output warps beside them, where the launcher runs them (NVIDIA)
+// Output warps beside them, where the launcher runs them (NVIDIA): one output tile each on the 32-column tiles.
+// Four, with two tiles each, measured slower (H200 state stage single8k 0.400 against 0.295 ms; docs/performance.md).
+constexpr int kStateOutputWarps = 8;
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
@@ -67,7 +69,7 @@ constexpr size_t state_mma_shared_bytes() {
 // H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
 // blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
 // two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register (with
-// output warps, 12 or 16 warps share them: 168 or 128 registers each).
+// output warps, 16 warps share them: 128 registers each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;

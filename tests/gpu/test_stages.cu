@@ -377,7 +377,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       struct FoldForm {
         int v_tile, output_warps;
       };
-      for (FoldForm form : {FoldForm{32, 0}, FoldForm{32, 4}, FoldForm{32, 8}, FoldForm{64, 0}}) {
+      for (FoldForm form : {FoldForm{32, 0}, FoldForm{32, kernels::kStateOutputWarps}, FoldForm{64, 0}}) {
         const int v_tile = form.v_tile;
         if (V % v_tile != 0 || (form.output_warps > 0 && !kda::detail::kNamedBarriers)) continue;
         for (int offset : {0, 2}) {
@@ -595,19 +595,18 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a = folded();
   a.scale = std::nanf("");
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "scale: not finite", "NaN scale");
-  // Output warps: only 0, 4 or 8, and 4 or 8 only beside the folded 32-column tiles (on NVIDIA, where this test
-  // runs).
+  // Output warps: only 0 or 8, and 8 only beside the folded 32-column tiles (on NVIDIA, where this test runs).
   a = folded();
   a.output_warps = 2;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: must be -1, 0, 4 or 8", "2 warps");
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: must be -1, 0 or 8", "2 warps");
   a = folded();
   a.v_tile = 64;
-  a.output_warps = 4;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 4 or 8 need", "64 columns");
+  a.output_warps = 8;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 8 needs", "64 columns");
   a = bed.state_args();
   a.v_tile = 32;
-  a.output_warps = 4;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 4 or 8 need", "not folded");
+  a.output_warps = 8;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 8 needs", "not folded");
   IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m),
                        contiguous_view(static_cast<const void*>(bed.slice(0) + 2), H, K),
                        contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),

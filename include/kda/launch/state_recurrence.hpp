@@ -49,8 +49,8 @@ struct StateRecurrenceArgs {
   MutableTensorView o{};         // out [T,H,V]; must not overlap w, u, kg, qg, Aqk or v_new
   float scale = 0.0f;            // 0 = K^-0.5
   // Dedicated output warps beside the chain's 8 with the output folded in: -1 = the launcher's choice
-  // (detail::state_output_warps), 0, 4 or 8 forces it (tests, tuning; 4 and 8 need the 32-column tiles and
-  // NVIDIA). Every choice gives bit-identical results.
+  // (detail::state_output_warps), 0 or 8 forces it (tests, tuning; 8 needs the 32-column tiles and NVIDIA). Every
+  // choice gives bit-identical results.
   int output_warps = -1;
 };
 
@@ -128,10 +128,10 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
     KDA_REQUIRE(state_v_tile(a) >= 32 && state_warps(a) == kernels::kStateMmaWideWarps,
                 "o: the output folded in needs a V-tile of 32 or 64 columns and 8 warps");
   }
-  KDA_REQUIRE(a.output_warps == -1 || a.output_warps == 0 || a.output_warps == 4 || a.output_warps == 8,
-              "output_warps: must be -1, 0, 4 or 8");
+  KDA_REQUIRE(a.output_warps == -1 || a.output_warps == 0 || a.output_warps == kernels::kStateOutputWarps,
+              "output_warps: must be -1, 0 or 8");
   KDA_REQUIRE(a.output_warps <= 0 || (state_folds_output(a) && state_v_tile(a) == 32 && kNamedBarriers),
-              "output_warps: 4 or 8 need the output folded in, a V-tile of 32 columns and NVIDIA");
+              "output_warps: 8 needs the output folded in, a V-tile of 32 columns and NVIDIA");
   return Status();
 }
 
@@ -156,8 +156,9 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_ti
   if (fold) {
     if (v_tile == 64) return launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, stream);
 #if defined(KDA_PLATFORM_CUDA)
-    if (output_warps == 4) return launch_state_mma<E, BT, K, 32, kWide, true, 4>(p, sequences_heads, stream);
-    if (output_warps == 8) return launch_state_mma<E, BT, K, 32, kWide, true, 8>(p, sequences_heads, stream);
+    if (output_warps > 0) {
+      return launch_state_mma<E, BT, K, 32, kWide, true, kernels::kStateOutputWarps>(p, sequences_heads, stream);
+    }
 #endif
     return launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, stream);
   }
