@@ -19,16 +19,12 @@
 // choice for few, long sequences, where the chain's latency is the cost) the copies run one chunk ahead into a
 // second buffer, and o's first product qg round(S) is formed in step 2 beside v_new's on the same round(S) tiles;
 // with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
-// OutWarps > 0 (NVIDIA, 32 columns): the output's work and the staging leave the chain. OutWarps more warps (the
-// output warps) copy every operand of a chunk (w, kg, u, G_last, qg, Aqk) into shared memory with asynchronous copies
-// and form o; all of a chunk's buffers are doubled, and chunk c uses buffer c % 2. Per chunk the named barriers hand
-// buffer b over: the output warps' loaded (kStateLoadedBarrier: chunk c's operands are in), the chain's ready after
-// step 2 (kStateReadyBarrier: round(S) and v_new are in, and the chain goes on with its update) and the chain's free
-// after step 3 (kStateFreeBarrier: the chain is done with buffer b, which the output warps then fill with chunk
-// c + 2). The output warps hand chunk c + 1's operands over before they wait for chunk c's free, so the chain finds
-// them when it ends chunk c. On one long sequence the chain's step is the cost and leaves most issue slots idle, so
-// o and the copies cost little there; the products and their order are fold_output's and step 1's, so the bits are
-// the same.
+// OutWarps > 0 (NVIDIA, 32 columns): the output's work leaves the chain. OutWarps more warps (the output warps) own
+// the qg / Aqk copies and o; round(S) and v_new get a second buffer, and per chunk c the Warps chain warps hand
+// buffer c % 2 over with a named barrier (kStateReadyBarrier) after step 2 and go on with chunk c + 1, while the
+// output warps form o of chunk c from it and hand it back (kStateFreeBarrier) for chunk c + 2. On one long sequence
+// the chain's step is the cost and leaves most issue slots idle, so o costs little there; the products and their
+// order are fold_output's, so o has the same bits.
 // Every output element is summed in the same order whatever TileV and Warps are, so all forms give bit-identical
 // results; they differ in how much each block shares and in how many warps share a chunk's step. A long sequence's
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
@@ -56,15 +52,15 @@ template <int TileV>
 constexpr int kStateFoldBuffers = TileV == 32 ? 2 : 1;
 template <int BT, int K>
 constexpr int kStateFoldBufferElems = BT * (K + 8) + 2 * BT * (BT + 8);  // qg, Aqk hi, Aqk lo (16-bit elements)
-// With output warps every buffer of a chunk is doubled: the output warps read and fill chunk c's and c + 1's while
-// the chain works on one of them (~169 KB for BT 64, K 128).
+// With output warps, round(S) and u / v_new have two buffers: the output warps read chunk c's while the chain
+// writes chunk c + 1's.
 template <int OutWarps>
 constexpr int kStateChainBuffers = OutWarps > 0 ? 2 : 1;
 template <int BT, int K, int TileV, bool kFoldOutput = false, int OutWarps = 0>
 constexpr size_t state_mma_shared_bytes() {
-  return kStateChainBuffers<OutWarps> * (2 * sizeof(uint16_t) * BT * (K + 8)                // w, kg
-                                         + sizeof(uint16_t) * (K + BT) * (TileV + 8)       // round(S); u, then v_new
-                                         + sizeof(float) * K)                              // decay over the chunk
+  return 2 * sizeof(uint16_t) * BT * (K + 8)          // w, kg
+         + kStateChainBuffers<OutWarps> * sizeof(uint16_t) * (K + BT) * (TileV + 8)  // round(S); u, then v_new
+         + sizeof(float) * K                          // decay over the chunk
          + (kFoldOutput ? sizeof(uint16_t) * kStateFoldBuffers<TileV> * kStateFoldBufferElems<BT, K> : 0);
 }
 
@@ -81,13 +77,12 @@ constexpr int state_mma_min_blocks() {
 }
 
 // Named barriers of the output-warp form (ids 1-15; 0 is __syncthreads): among the chain warps, among the output
-// warps, and per buffer b: loaded (the chunk's operands are in buffer b), ready (its round(S) and v_new are written)
-// and free (the chain is done with buffer b).
+// warps, and per buffer b: ready (round(S) and v_new of the chunk in buffer b are written) and free (the output
+// warps are done reading it).
 constexpr int kStateChainBarrier = 1;
 constexpr int kStateOutputBarrier = 2;
-constexpr int kStateReadyBarrier = 3;   // + b
-constexpr int kStateFreeBarrier = 5;    // + b
-constexpr int kStateLoadedBarrier = 7;  // + b
+constexpr int kStateReadyBarrier = 3;  // + b
+constexpr int kStateFreeBarrier = 5;   // + b
 
 template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0>
 __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
@@ -119,31 +114,21 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   static_assert(kColTiles % kColsPerWarp == 0 && kPerWarp % kColsPerWarp == 0, "whole rectangles");
   static_assert(TileV % 16 == 0 && m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kLdV),
                 "fragment rows must be 16-byte aligned");
-  // Per buffer b (one, or two with output warps): w and kg [BT, kLd], round(S) [K, kLdV] (B operand of w round(S)),
-  // the u tile [BT, kLdV] (each element replaced by v_new by the lane that reads it), then after all of them the
-  // buffers' decays exp2(G_last) [K]. w_s, kg_s, state_s, uv_s and decay_s point at the current chunk's.
   extern __shared__ __align__(16) unsigned char state_smem[];
-  constexpr int kChainElems = 2 * BT * kLd + (K + BT) * kLdV, kChainBuffers = kStateChainBuffers<OutWarps>;
-  uint16_t* chain_s = reinterpret_cast<uint16_t*>(state_smem);
-  float* decays_s = reinterpret_cast<float*>(chain_s + kChainBuffers * kChainElems);
-  struct ChainBuffer {
-    uint16_t *w, *kg, *state, *uv;
-    float* decay;
-  };
-  auto chain_buffer = [&](int b) {
-    uint16_t* w = chain_s + b * kChainElems;
-    return ChainBuffer{w, w + BT * kLd, w + 2 * BT * kLd, w + 2 * BT * kLd + K * kLdV, decays_s + b * K};
-  };
-  uint16_t* w_s = chain_s;
+  uint16_t* w_s = reinterpret_cast<uint16_t*>(state_smem);
   uint16_t* kg_s = w_s + BT * kLd;
-  uint16_t* state_s = kg_s + BT * kLd;
-  uint16_t* uv_s = state_s + K * kLdV;
-  float* decay_s = decays_s;
+  // round(S), B operand of w round(S), and the u tile, each element of which is replaced by v_new by the lane that
+  // reads it: buffer b at chain_s + b * kChainElems; state_s and uv_s point at the current chunk's.
+  constexpr int kChainElems = (K + BT) * kLdV, kChainBuffers = kStateChainBuffers<OutWarps>;
+  uint16_t* chain_s = kg_s + BT * kLd;
+  uint16_t* state_s = chain_s;
+  uint16_t* uv_s = chain_s + K * kLdV;
+  float* decay_s = reinterpret_cast<float*>(chain_s + kChainBuffers * kChainElems);  // exp2(G) of the last row
   // kFoldOutput: per buffer b, qg [BT, kLd], then Aqk's hi and lo [BT, kLdA] (16-bit). Buffer c % kFoldBuffers
   // holds chunk c.
   constexpr int kLdA = BT + 8, kFoldBuffers = kStateFoldBuffers<TileV>;
   constexpr int kFoldElems = kStateFoldBufferElems<BT, K>;
-  uint16_t* fold_s = reinterpret_cast<uint16_t*>(decays_s + kChainBuffers * K);
+  uint16_t* fold_s = reinterpret_cast<uint16_t*>(decay_s + K);
   static_assert((K * sizeof(float)) % 16 == 0 && (kFoldElems * sizeof(uint16_t)) % 16 == 0 &&
                     (kChainElems * sizeof(uint16_t)) % 16 == 0 && m::fragment_stride_ok(kLdA),
                 "16-byte aligned rows");
@@ -321,12 +306,12 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     }
   };
 
-  // kFoldOutput: a chunk's qg and Aqk (hi, lo) rows start for buffer `b` of shared memory as asynchronous copies by
-  // the `threads` threads that take part (this one is number `tid`); the caller closes the group (committed even
-  // when empty, so that "all groups but the newest" always means the chunk before). Each thread copies one 16-byte
-  // column of every (threads / vectors per row)-th row, from one base offset by a fixed stride (the output warps spent
-  // a third of their instructions on per-copy index arithmetic before). Rows past the chunk are left as they are:
-  // they feed only rows of o that are never stored.
+  // kFoldOutput: a chunk's qg and Aqk (hi, lo) rows start for buffer `b` of shared memory, as one group of
+  // asynchronous copies by the `threads` threads that take part (this one is number `tid`), committed even when
+  // empty, so that "all groups but the newest" always means the chunk before. Each thread copies one 16-byte column
+  // of every (threads / vectors per row)-th row, from one base offset by a fixed stride (the output warps spent a
+  // third of their instructions on per-copy index arithmetic before). Rows past the chunk are left as they are: they
+  // feed only rows of o that are never stored.
   auto issue_fold_loads = [&](int64_t start, int length, int b, int tid, auto threads) {
     constexpr int kT = decltype(threads)::value;
     constexpr int kAqkVecs = BT / 8;  // 16-byte vectors per 16-bit row of Aqk
@@ -358,6 +343,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         }
       }
     }
+    detail::copy16_async_commit();
   };
   // kFoldOutput: output tiles formed as chunk_output_mma_kernel forms them: qg round(S) over K in order, times
   // scale, then Aqk v_new with Aqk as hi + lo over the tiles kt <= rt. Rows of o leave as 4-byte pairs where the
@@ -455,96 +441,31 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     }
   };
 
-  // Output warps: chunk c's operands in buffer b as copies (w, kg, the u tile, G_last), by the same strided scheme as
-  // issue_fold_loads; the caller closes the group. finish_stage, once they are in, turns G_last into the decay (each
-  // thread its own four floats) and zeroes the kg and w rows from the chunk's end to its last row tile, which step 3
-  // reads (kg^T v_new: stale bits there could be NaN, and NaN * 0 is NaN; load_chunk loads zeros there).
-  auto issue_stage_loads = [&](int64_t start, int length, int64_t gid, int b, int tid, auto threads) {
-    constexpr int kT = decltype(threads)::value;
-    static_assert(kT % kRowVecs == 0 && kT % kURowVecs == 0 && K / 4 <= kT, "whole rows per pass");
-    const ChainBuffer cb = chain_buffer(b);
-    {
-      constexpr int kRows = kT / kRowVecs;
-      const int i0 = tid / kRowVecs, d = (tid % kRowVecs) * 8;
-      const int64_t at = ((start + i0) * p.num_heads + h) * K + d, stride = int64_t(kRows) * p.num_heads * K;
-#pragma unroll
-      for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
-        const int i = i0 + x * kRows;
-        if (i < length) {
-          detail::copy16_async(&cb.w[i * kLd + d], w + at + x * stride);
-          detail::copy16_async(&cb.kg[i * kLd + d], kg + at + x * stride);
-        }
-      }
-    }
-    {
-      constexpr int kRows = kT / kURowVecs;
-      const int i0 = tid / kURowVecs, part = (tid % kURowVecs) * 8;
-      const int64_t at = ((start + i0) * p.num_heads + h) * V + v0 + part, stride = int64_t(kRows) * p.num_heads * V;
-#pragma unroll
-      for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
-        const int i = i0 + x * kRows;
-        if (i < length) detail::copy16_async(&cb.uv[i * kLdV + part], u + at + x * stride);
-      }
-    }
-    if (tid < K / 4) {
-      const float* g_last = p.G_last != nullptr ? &p.G_last[(gid * p.num_heads + h) * K]
-                                                : &p.G[((start + length - 1) * p.num_heads + h) * K];
-      detail::copy16_async(&cb.decay[4 * tid], g_last + 4 * tid);
-    }
-  };
-  auto finish_stage = [&](int length, int b, int tid, auto threads) {
-    constexpr int kT = decltype(threads)::value;
-    const ChainBuffer cb = chain_buffer(b);
-    if (tid < K / 4) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) cb.decay[4 * tid + j] = detail::decay_exp2(cb.decay[4 * tid + j]);
-    }
-    const int tail_rows = (length + 15) / 16 * 16 - length;
-    for (int e = tid; e < tail_rows * kRowVecs; e += kT) {
-      const int i = length + e / kRowVecs, d = (e % kRowVecs) * 8;
-      *reinterpret_cast<uint4*>(&cb.w[i * kLd + d]) = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(&cb.kg[i * kLd + d]) = make_uint4(0, 0, 0, 0);
-    }
-  };
-
-  // Output warps: their own loop over the chunks. Per chunk c (buffer b = c % 2): wait for the chain's ready and
-  // form o; hand chunk c + 1's operands over (loaded), which were copied while the chain worked on chunk c; wait for
-  // the chain's free on b, then copy chunk c + 2's operands into b. They stop where the chain stops (a bad chunk
-  // table), and copy and hand over only chunks the chain will take.
+  // Output warps: their own loop over the chunks, one step behind the chain. They copy qg and Aqk a chunk ahead
+  // (buffer (c + 1) % 2 was last read for chunk c - 1, which every output warp is past after kStateOutputBarrier),
+  // wait for the chain's ready on buffer c % 2, form o from it, and free it for chunk c + 2. They stop where the
+  // chain stops (a bad chunk table) and arrive on free only where the chain will wait for it.
   if constexpr (OutWarps > 0) {
     if (warp >= Warps) {
       constexpr int kOutThreads = OutWarps * kWarpSize;
       const int tid = threadIdx.x - kThreads;
-      auto chunk_ok = [&](int64_t c) { return c < num_chunks && first_chunk + c >= 0 && first_chunk + c < nt; };
-      auto issue_chunk = [&](int64_t c) {  // one group per chunk, empty past the last
-        if (chunk_ok(c)) {
-          const int b = int(c % 2);
-          issue_stage_loads(bos + c * BT, chunk_length(c), first_chunk + c, b, tid, OutThreads{});
-          issue_fold_loads(bos + c * BT, chunk_length(c), b, tid, OutThreads{});
-        }
-        detail::copy16_async_commit();
-      };
-      issue_chunk(0);
-      issue_chunk(1);
-      if (chunk_ok(0)) {
-        detail::copy16_async_wait_prior();  // chunk 0's group
-        finish_stage(chunk_length(0), 0, tid, OutThreads{});
-        detail::named_barrier_arrive(kStateLoadedBarrier, kBlockThreads);
-      }
-      for (int64_t c = 0; chunk_ok(c); ++c) {
+      if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, tid, OutThreads{});
+      for (int64_t c = 0; c < num_chunks; ++c) {
+        const int64_t gid = first_chunk + c;
+        if (gid < 0 || gid >= nt) break;
         const int64_t start = bos + c * BT;
         const int length = chunk_length(c), b = int(c % 2);
-        detail::named_barrier_sync(kStateReadyBarrier + b, kBlockThreads);
-        const ChainBuffer cb = chain_buffer(b);
-        fold_output_warps(start, length, (length + 15) / 16, b, warp - Warps, cb.state, cb.uv);
-        detail::named_barrier_sync(kStateOutputBarrier, kOutThreads);  // every output warp is done with b
-        if (chunk_ok(c + 1)) {
-          detail::copy16_async_wait();  // chunk c + 1's group, the only one in flight
-          finish_stage(chunk_length(c + 1), 1 - b, tid, OutThreads{});
-          detail::named_barrier_arrive(kStateLoadedBarrier + 1 - b, kBlockThreads);
+        if (c > 0) detail::named_barrier_sync(kStateOutputBarrier, kOutThreads);
+        if (c + 1 < num_chunks) {
+          issue_fold_loads(start + BT, chunk_length(c + 1), 1 - b, tid, OutThreads{});
+        } else {
+          detail::copy16_async_commit();
         }
-        detail::named_barrier_sync(kStateFreeBarrier + b, kBlockThreads);
-        issue_chunk(c + 2);
+        detail::copy16_async_wait_prior();  // this chunk's qg and Aqk; the barrier below publishes them
+        detail::named_barrier_sync(kStateReadyBarrier + b, kBlockThreads);
+        const uint16_t* s_s = chain_s + b * kChainElems;
+        fold_output_warps(start, length, (length + 15) / 16, b, warp - Warps, s_s, s_s + K * kLdV);
+        if (c + 2 < num_chunks && gid + 2 < nt) detail::named_barrier_arrive(kStateFreeBarrier + b, kBlockThreads);
       }
       detail::copy16_async_wait();
       return;
@@ -552,14 +473,9 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   }
 
   ChunkRegs next;
-  if constexpr (OutWarps == 0) {
-    if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
-  }
+  if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
   if constexpr (kFoldOutput && kFoldBuffers == 2 && OutWarps == 0) {
-    if (num_chunks > 0) {
-      issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, ChainThreads{});
-      detail::copy16_async_commit();
-    }
+    if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, ChainThreads{});
   }
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t gid = first_chunk + c;
@@ -570,34 +486,31 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     const int64_t start = bos + c * BT;
     const int length = chunk_length(c);
     const int b = kChainBuffers == 2 ? int(c % 2) : 0;
-    if constexpr (OutWarps > 0) {
-      const ChainBuffer cb = chain_buffer(b);
-      w_s = cb.w;
-      kg_s = cb.kg;
-      state_s = cb.state;
-      uv_s = cb.uv;
-      decay_s = cb.decay;
-      // This chunk's operands are in buffer b (the output warps' loaded; it holds every chain warp too).
-      detail::named_barrier_sync(kStateLoadedBarrier + b, kBlockThreads);
+    state_s = chain_s + b * kChainElems;
+    uv_s = state_s + K * kLdV;
+    // The previous chunk's reads of shared memory are done; with output warps, from chunk 2 on, also their reads
+    // of buffer b (chunk c - 2), and that barrier holds every chain warp too.
+    if (OutWarps > 0 && c >= 2) {
+      detail::named_barrier_sync(kStateFreeBarrier + b, kBlockThreads);
     } else {
-      chain_sync();  // the previous chunk's reads of shared memory are done
+      chain_sync();
     }
 
     // 1. Stage this chunk's operands (already in registers) and prefetch the next chunk's.
     if constexpr (kFoldOutput && OutWarps == 0) {  // the chunk ahead (two buffers; the one it takes was last read
                                                    // before the barrier above), or this chunk (one buffer)
       if constexpr (kFoldBuffers == 2) {
-        if (c + 1 < num_chunks) issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2), threadIdx.x,
-                                                 ChainThreads{});
+        if (c + 1 < num_chunks) {
+          issue_fold_loads(start + BT, chunk_length(c + 1), int((c + 1) % 2), threadIdx.x, ChainThreads{});
+        } else {
+          detail::copy16_async_commit();
+        }
       } else {
         issue_fold_loads(start, length, 0, threadIdx.x, ChainThreads{});
       }
-      detail::copy16_async_commit();
     }
-    if constexpr (OutWarps == 0) {  // with output warps they copied this chunk's operands
-      store_chunk(next);
-      if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
-    }
+    store_chunk(next);
+    if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       const uint16_t b0 = numeric::from_float<E>(s0).bits, b1 = numeric::from_float<E>(s1).bits;
       if constexpr (m::kAccPairsInRows) {
@@ -685,8 +598,6 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
       copy_v_new(start, length);
       copy_h(gid);
     }
-    // With output warps: the chain is done with buffer b, which they may now fill with chunk c + 2.
-    if constexpr (OutWarps > 0) detail::named_barrier_arrive(kStateFreeBarrier + b, kBlockThreads);
   }
 
   if constexpr (kFoldOutput) detail::copy16_async_wait();  // none left in flight (a bad table ends the loop early)
