@@ -114,9 +114,10 @@ inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
 // per-chunk h reaches memory and no output launch runs: wherever it can, i.e. wherever qg = round(q exp2 G) is in the
 // workspace, which the fused form's prepare writes, and the staged form's one prepare kernel (qk_l2norm on, K and V
 // in {64, 128}) too. Elsewhere (K or V 256, unnormalised q and k in the staged form) the output stays a launch of its
-// own. Issue 5 asks for no per-chunk h unless the caller wants state checkpoints, so the fold is not traded for
-// speed: on mid-size batches (a few long prefills) the separate launch measured a few per cent faster
-// (docs/performance.md, v23-v25). Sizes only, so the workspace layout follows.
+// own. Issue 5 asks for no per-chunk h unless the caller wants state checkpoints. On mid-size batches (a few long
+// prefills) the separate launch had measured 6 % faster (v23); with the output warps (v24) the two forms take the
+// same time (H200, 4 x 4096 tokens: 2.056 against 2.057 ms; docs/performance.md). Sizes only, so the workspace
+// layout follows.
 inline bool chunk_kda_output_foldable(const ChunkKdaArgs& a, bool inputs_fused) {
   return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
 }
