@@ -133,10 +133,9 @@ class BenchProblem {
     return Status();
   }
 
-  // The output form the end-to-end benchmarks force (--kda_output_separate, --kda_output_folded), else kAuto.
+  // The output form the end-to-end benchmarks force (--kda_output_separate), else kAuto.
   static detail::ChunkKdaOutput forced_output() {
-    if (bench_options().output_separate) return detail::ChunkKdaOutput::kSeparate;
-    return bench_options().output_folded ? detail::ChunkKdaOutput::kFolded : detail::ChunkKdaOutput::kAuto;
+    return bench_options().output_separate ? detail::ChunkKdaOutput::kSeparate : detail::ChunkKdaOutput::kAuto;
   }
   // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with a forced output form, that form,
   // in a workspace of its own).

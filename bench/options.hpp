@@ -15,11 +15,9 @@ struct BenchOptions {
   // --kda_state_output_warps=N: output warps of the state_recurrence stage benchmark where the output is folded in
   // (0 or 8; -1 = launcher's, the default)
   int state_output_warps = -1;
-  // --kda_output_separate / --kda_output_folded: the end-to-end benchmarks run chunk_kda_fwd with the output as a
-  // launch of its own (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), or folded into the
-  // state kernel wherever it can be (kFolded), instead of the size rule's choice, to compare the forms
+  // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
+  // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;
-  bool output_folded = false;
 };
 
 inline BenchOptions& bench_options() {

@@ -83,11 +83,10 @@ inline bool chunk_kda_prepare_fused_by_shape(const ChunkKdaArgs& a) {
 // kda_bench times each form's launches on their own.
 enum class ChunkKdaPath { kAuto, kStaged, kFused };
 
-// Where chunk_kda_fwd forms the output: kAuto is the library's rule (chunk_kda_output_folded: today the same as
-// kFolded); kFolded folds it into the state kernel wherever it can (chunk_kda_output_foldable); kSeparate keeps a
-// separate output launch that reads a per-chunk h from the workspace. All give the same bits; tests compare them and
-// kda_bench times each (--kda_output_folded, --kda_output_separate).
-enum class ChunkKdaOutput { kAuto, kFolded, kSeparate };
+// Where chunk_kda_fwd forms the output: kAuto folds it into the state kernel wherever it can
+// (chunk_kda_output_folded); kSeparate keeps a separate output launch that reads a per-chunk h from the workspace.
+// Both give the same bits; tests compare them and kda_bench times both (--kda_output_separate).
+enum class ChunkKdaOutput { kAuto, kSeparate };
 
 // The fused form needs sequences that average at least this many chunks. Its prepare kernel does the l2norm and gate
 // work that two bandwidth-bound launches do otherwise, and pays more per block: measured on the H200 (round 5), it
@@ -118,11 +117,8 @@ inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
 // prefills) the separate launch had measured 6 % faster (v23); with the output warps (v24) the two forms take the
 // same time (H200, 4 x 4096 tokens: 2.056 against 2.057 ms; docs/performance.md). Sizes only, so the workspace
 // layout follows.
-inline bool chunk_kda_output_foldable(const ChunkKdaArgs& a, bool inputs_fused) {
-  return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
-}
 inline bool chunk_kda_output_folded(const ChunkKdaArgs& a, bool inputs_fused) {
-  return chunk_kda_output_foldable(a, inputs_fused);
+  return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
 }
 
 inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
@@ -147,9 +143,7 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
   l.inputs_fused = path == ChunkKdaPath::kAuto ? chunk_kda_inputs_fused_by_shape(a)
                                                : path == ChunkKdaPath::kFused && chunk_kda_inputs_fusable(a);
   const bool staged = !l.inputs_fused;
-  l.output_folded = output == ChunkKdaOutput::kAuto     ? chunk_kda_output_folded(a, l.inputs_fused)
-                    : output == ChunkKdaOutput::kFolded ? chunk_kda_output_foldable(a, l.inputs_fused)
-                                                        : false;
+  l.output_folded = output == ChunkKdaOutput::kAuto && chunk_kda_output_folded(a, l.inputs_fused);
   l.G = take(staged ? T * H * K * sizeof(float) : 0);
   l.q_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);
   l.k_norm = take(staged && a.qk_l2norm ? T * H * K * E : 0);

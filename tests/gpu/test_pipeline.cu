@@ -296,8 +296,8 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
         const std::string what = b.name + " gate " + std::to_string(int(gate)) + " g_type " +
                                  std::to_string(int(g_type));
         ASSERT_TRUE(detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused).inputs_fused) << what;
-        // The output folded in wherever it can be (kFolded), so that qg and the Aqk pair are compared too.
-        constexpr auto kFold = detail::ChunkKdaOutput::kFolded;
+        // The output folded in (chunk_kda_fwd's own form), so that qg and the Aqk pair are compared too.
+        constexpr auto kFold = detail::ChunkKdaOutput::kAuto;
         const PathRun fused = run_on_path(*dp, detail::ChunkKdaPath::kFused, kFold);
         const PathRun staged = run_on_path(*dp, detail::ChunkKdaPath::kStaged, kFold);
         EXPECT_EQ(fused.o, staged.o) << what << ": o";
@@ -358,14 +358,13 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
       for (detail::ChunkKdaPath path : {detail::ChunkKdaPath::kFused, detail::ChunkKdaPath::kStaged}) {
         const std::string what = b.name + " gate " + std::to_string(int(gate)) +
                                  (path == detail::ChunkKdaPath::kFused ? " fused" : " staged");
-        // The output folded in wherever it can be (kFolded, chunk_kda_fwd's own rule today) against the separate
-        // output launch.
-        const auto fl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kFolded);
+        // The output folded in (chunk_kda_fwd's own form) against the separate output launch.
+        const auto fl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kAuto);
         const auto sl = detail::chunk_kda_workspace_layout(dp->args, path, detail::ChunkKdaOutput::kSeparate);
         ASSERT_TRUE(fl.output_folded) << what;
         ASSERT_FALSE(sl.output_folded) << what;
         EXPECT_LT(fl.total, sl.total) << what << ": the folded form needs no per-chunk h";
-        const PathRun folded = run_on_path(*dp, path, detail::ChunkKdaOutput::kFolded);
+        const PathRun folded = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto);
         const PathRun separate = run_on_path(*dp, path, detail::ChunkKdaOutput::kSeparate);
         EXPECT_EQ(folded.o, separate.o) << what << ": o";
         EXPECT_EQ(folded.state, separate.state) << what << ": final state";
@@ -384,7 +383,7 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
           split_mismatches += hi[i] != want_hi || lo[i] != want_lo;
         }
         EXPECT_EQ(split_mismatches, 0u) << what << ": Aqk hi + lo differs from the split of the fp32 Aqk";
-        const auto fr = intermediate_ranges(*dp, path, detail::ChunkKdaOutput::kFolded),
+        const auto fr = intermediate_ranges(*dp, path, detail::ChunkKdaOutput::kAuto),
                    sr = intermediate_ranges(*dp, path, detail::ChunkKdaOutput::kSeparate);
         for (const auto& entry : fr) {
           const auto it = std::find_if(sr.begin(), sr.end(),
