@@ -92,6 +92,8 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   constexpr int kBlockThreads = (Warps + OutWarps) * kWarpSize;
   using ChainThreads = std::integral_constant<int, kThreads>;
   using OutThreads = std::integral_constant<int, OutWarps * kWarpSize>;
+  using ChainWarpCount = std::integral_constant<int, Warps>;
+  using OutWarpCount = std::integral_constant<int, OutWarps>;
   static_assert(OutWarps == 0 || (kFoldOutput && TileV == 32 && detail::kNamedBarriers),
                 "output warps: the folded 32-column tiles, on NVIDIA (named barriers)");
   constexpr int kLd = K + 8;                 // padded row of w / kg in shared memory (16-bit elements)
@@ -357,14 +359,13 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   constexpr int kTileRounds = (kRowTiles * kColTiles + Warps - 1) / Warps;
   constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2 && OutWarps == 0;
   m::Acc o_inter[kInterEarly ? kTileRounds : 1];
-  auto qg_round_s_step = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct, int kt) {
-    m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
-              m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
-  };
   auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct) {
     m::zero(o);
 #pragma unroll
-    for (int kt = 0; kt < K / 16; ++kt) qg_round_s_step(o, qg_s, s_s, rt, ct, kt);
+    for (int kt = 0; kt < K / 16; ++kt) {
+      m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
+                m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
+    }
   };
   // The rest of output tile (rt, ct) once o holds qg round(S): the scale, Aqk v_new (v_new at vn_s), then o's rows.
   auto finish_o_tile = [&](m::Acc& o, const FoldBuffer& f, const uint16_t* vn_s, int64_t start, int length, int rt,
@@ -394,12 +395,15 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
       }
     }
   };
-  // Output tiles dealt in turn to the chain's warps (tile t0 + warp), from round(S) at s_s and v_new at vn_s.
-  auto fold_output = [&](int64_t start, int length, int row_tiles, int b, const uint16_t* s_s, const uint16_t* vn_s) {
+  // Output tiles dealt in turn to `workers` warps (a std::integral_constant; this one is number `worker`): the
+  // chain's warps, or the output warps, one tile each. From round(S) at s_s and v_new at vn_s.
+  auto fold_output = [&](int64_t start, int length, int row_tiles, int b, int worker, auto workers,
+                         const uint16_t* s_s, const uint16_t* vn_s) {
+    constexpr int kWorkers = decltype(workers)::value;
     const FoldBuffer f = fold_buffer(b);
 #pragma unroll
-    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
-      const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
+    for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += kWorkers) {
+      const int t = t0 + worker, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
       m::Acc o;
       if constexpr (kInterEarly) {
@@ -408,36 +412,6 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         qg_round_s(o, f.qg, s_s, rt, ct);
       }
       finish_o_tile(o, f, vn_s, start, length, rt, ct);
-    }
-  };
-  // The same dealt to the output warps (tile r * OutWarps + worker in round r), their rounds' qg round(S) products
-  // interleaved over K as independent chains: the output warps' step is a chain of dependent products, not issue.
-  auto fold_output_warps = [&](int64_t start, int length, int row_tiles, int b, int worker, const uint16_t* s_s,
-                               const uint16_t* vn_s) {
-    constexpr int kWorkers = OutWarps > 0 ? OutWarps : 1;
-    constexpr int kRounds = (kRowTiles * kColTiles + kWorkers - 1) / kWorkers;
-    const FoldBuffer f = fold_buffer(b);
-    auto tile_of = [&](int r, int& rt, int& ct) {
-      const int t = r * kWorkers + worker;
-      rt = t / kColTiles;
-      ct = t % kColTiles;
-      return t < kRowTiles * kColTiles && rt < row_tiles;  // uniform over the warp
-    };
-    m::Acc o[kRounds];
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) m::zero(o[r]);
-#pragma unroll
-    for (int kt = 0; kt < K / 16; ++kt) {
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) {
-        int rt, ct;
-        if (tile_of(r, rt, ct)) qg_round_s_step(o[r], f.qg, s_s, rt, ct, kt);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      int rt, ct;
-      if (tile_of(r, rt, ct)) finish_o_tile(o[r], f, vn_s, start, length, rt, ct);
     }
   };
 
@@ -464,7 +438,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         detail::copy16_async_wait_prior();  // this chunk's qg and Aqk; the barrier below publishes them
         detail::named_barrier_sync(kStateReadyBarrier + b, kBlockThreads);
         const uint16_t* s_s = chain_s + b * kChainElems;
-        fold_output_warps(start, length, (length + 15) / 16, b, warp - Warps, s_s, s_s + K * kLdV);
+        fold_output(start, length, (length + 15) / 16, b, warp - Warps, OutWarpCount{}, s_s, s_s + K * kLdV);
         if (c + 2 < num_chunks && gid + 2 < nt) detail::named_barrier_arrive(kStateFreeBarrier + b, kBlockThreads);
       }
       detail::copy16_async_wait();
@@ -590,7 +564,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
 
     // With the output folded in, its products go in behind the update's, which nothing here waits on.
     if constexpr (kFoldOutput && OutWarps == 0) {
-      fold_output(start, length, row_tiles, int(c % kFoldBuffers), state_s, uv_s);
+      fold_output(start, length, row_tiles, int(c % kFoldBuffers), warp, ChainWarpCount{}, state_s, uv_s);
     }
 
     // 4. With kLateCopies, v_new and h leave here, while the update's products are in flight.
