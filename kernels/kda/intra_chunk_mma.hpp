@@ -5,25 +5,20 @@
 // first row of block a,
 //     exp2(G_i - G_j) = exp2(G_i - G_r) * exp2(G_r - G_j),      both factors <= 1 (G is non-increasing),
 // so the off-diagonal tiles are products of two factor matrices: L_i = x_i exp2(G_i - G_r) (x = k or q) and
-// R_j = k_j exp2(G_r - G_j). No exponent there is positive, so no finite gate overflows. The factors enter the
+// R_j = k_j exp2(G_r - G_j). No exponent is ever positive, so no finite gate overflows. The factors enter the
 // matrix units as hi + lo pairs of 16-bit values (hi*hi + hi*lo + lo*hi keeps ~16 significant bits).
 //
-// Each diagonal tile is one more such product, against its middle row m = r + 8 (the last row when the chunk ends
-// before it): L'_i = x_i exp2(G_i - G_m), R'_j = k_j exp2(G_m - G_j) for all 16 rows i, j. Its lower-left 8x8
-// quarter (i >= r + 8 > j) has both factors <= 1, like the off-diagonal tiles. Its two 8-row triangles do not: there
-// L'_i (i < r + 8) or R'_j (j >= r + 8) carries a positive exponent, at most S = max(G_r - G_m, G_m - G_end) per
-// channel. A channel takes the triangles on the matrix units only while S <= kFactoredTriangleMaxExponent<E> (64
-// for bf16: any q, k whose products are finite stay finite scaled by 2^64; fp16's range has no such room, so there
-// every channel goes the exact way). For the other channels those factors are zero, and the triangles' pairs
-// (i, j), j <= i, sum exp2(G_i - G_j) exactly per element over just those channels. Which channels these are depends
-// only on G, so every metadata path and every kernel running this block agrees on it.
+// Each diagonal tile splits the same way once more, at its middle row m = r + 8: its lower-left 8x8 quarter (rows
+// m.., columns ..m-1) is the product of L'_i = x_i exp2(G_i - G_m) and R'_j = k_j exp2(G_m - G_j), again both <= 1.
+// One matrix-unit product serves both matrices: its A operand stacks the 8 k rows over the 8 q rows. What is left,
+// the two 8-row triangles of each diagonal tile (where a shared reference row would need exp2 of a positive number),
+// is summed exactly per element: exp2(G_i - G_j) with j <= i.
 //
 // One block of kIntraMmaWarps warps per (chunk, head). K is walked in slices of 16 channels staged in shared memory
 // with 16-byte loads: q and k must be vector_aligned (the launcher checks; otherwise it runs intra_chunk_kernel, the
-// per-element form of the same contract). Per slice the whole block computes the factors (the work is spread evenly
-// over the threads) and, in the same barrier, learns which 16-row blocks have channels to sum exactly; then the
-// matrix products run, spread evenly over the warps in contiguous runs of kSlots (tile, matrix) products per warp,
-// and the exact sums follow where a block needs them.
+// per-element form of the same contract). Per slice the whole block computes the factors and the exact triangle sums
+// (the work is spread evenly over the threads), then the matrix products run, spread evenly over the warps: the
+// off-diagonal (tile, matrix) products in contiguous runs of kSlots per warp, and one diagonal quarter per warp.
 //
 // With p.Tinv set, the block goes on to invert I + Akk while Akk is still in shared memory (detail::tril_inverse, the
 // function the solve_tril stage runs), which saves the solve_tril launch and its round trip through memory. Then
@@ -52,14 +47,13 @@ struct IntraMmaLayout {
   static constexpr int kBlocks = BT / 16;             // 16-row blocks
   static constexpr int kSlice = 16;                   // channels per step
   static constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows
-                                                      // read as float4 hit disjoint banks. Columns 16-19 of the
-                                                      // q, k and G rows are never staged: they keep the exact
-                                                      // triangle sums from slice to slice.
+                                                      // read as float4 hit disjoint banks
   static constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;  // off-diagonal 16x16 tiles
-  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), then the
-  // diagonal tile's L' (q hi, q lo, k hi, k lo) and R' (hi, lo), 16 rows each. Then R of every block, all hi rows
-  // (16 b rows for block b) before all lo rows.
-  static constexpr int kRowsPerBlock = 4 * 16 + 4 * 16 + 2 * 16;
+  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), the
+  // quarter's R' (hi, lo; 8 rows each) and L' (hi, lo; 16 rows each: k rows over q rows). Then R of every block,
+  // all hi rows (16 b rows for block b) before all lo rows. R' comes before L' so that the 8 rows a 16-row fragment
+  // load reads past R' lo are real memory (their products are masked out).
+  static constexpr int kRowsPerBlock = 4 * 16 + 2 * 8 + 2 * 16;
   static constexpr int kRRows = 16 * kTiles > 0 ? 16 * kTiles : 16;
   static constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + 2 * kRRows) * 16;
   static constexpr int kStageFloats = 3 * BT * kLdS;
@@ -71,30 +65,6 @@ struct IntraMmaLayout {
   static_assert((kStageFloats * 4) % 16 == 0 && kRowsPerBlock % 8 == 0 && kRRows % 8 == 0,
                 "fragment rows 16-byte aligned; swizzled tiles start at multiples of 8 rows");
 };
-
-// The largest positive exponent a channel's diagonal-tile factors may carry (see the top of this file); a negative
-// value: none, every channel sums its triangles exactly.
-template <typename E>
-constexpr float kFactoredTriangleMaxExponent = std::is_same_v<E, bf16_t> ? 64.0f : -1.0f;
-
-// Whether a channel sums a diagonal tile's triangles exactly: its largest positive factor exponent, over the rows
-// before the middle row (g_first - g_mid) and after it (g_mid - g_end), is past the bound (or not a number). The
-// factor writers and the exact sums both ask this, with the same operands.
-template <typename E>
-__device__ inline bool triangle_channel_exact(float g_first, float g_mid, float g_end) {
-  constexpr float kMax = kFactoredTriangleMaxExponent<E>;
-  return !(g_first - g_mid <= kMax && g_mid - g_end <= kMax);
-}
-
-// The 16-bit mask whose bit 2 p is bit p of even and bit 2 p + 1 bit p of odd (p < 8).
-__device__ inline uint32_t interleave_bits8(uint32_t even, uint32_t odd) {
-  auto spread = [](uint32_t x) {  // bit p to bit 2 p
-    x = (x | (x << 4)) & 0x0f0fu;
-    x = (x | (x << 2)) & 0x3333u;
-    return (x | (x << 1)) & 0x5555u;
-  };
-  return spread(even) | (spread(odd) << 1);
-}
 
 // Columns at or past the chunk's end are zero; the others are scaled.
 __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) {
@@ -125,14 +95,14 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   constexpr int kBlocks = L::kBlocks, kSlice = L::kSlice, kLdS = L::kLdS, kRowsPerBlock = L::kRowsPerBlock;
   constexpr int kRRows = L::kRRows, kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
-  // The diagonal tiles' exact triangles: two per tile, 8 rows each, 36 pairs (i, j), j <= i.
+  // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
   constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
   constexpr int kPairsPerThread = (kPairs + kThreads - 1) / kThreads;
-  // Products: (tile (a, b), b <= a) x (Akk, Aqk), in runs of kSlots per warp.
-  constexpr int kAllTiles = kTiles + kBlocks;
-  constexpr int kProducts = 2 * kAllTiles;
-  constexpr int kSlots = (kProducts + kIntraMmaWarps - 1) / kIntraMmaWarps;
+  // Off-diagonal products: (tile (a, b), b < a) x (Akk, Aqk), in runs of kSlots per warp.
+  constexpr int kProducts = 2 * kTiles;
+  constexpr int kSlots = kProducts > 0 ? (kProducts + kIntraMmaWarps - 1) / kIntraMmaWarps : 1;
+  static_assert(kBlocks <= kIntraMmaWarps, "one diagonal quarter per warp");
   float* q_s = reinterpret_cast<float*>(smem);
   float* k_s = q_s + BT * kLdS;
   float* g_s = k_s + BT * kLdS;
@@ -144,12 +114,10 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   auto lq_lo = [&](int b) { return rows(b * kRowsPerBlock + 16); };
   auto lk_hi = [&](int b) { return rows(b * kRowsPerBlock + 32); };
   auto lk_lo = [&](int b) { return rows(b * kRowsPerBlock + 48); };
-  auto dq_hi = [&](int b) { return rows(b * kRowsPerBlock + 64); };  // L' and R' of block b's diagonal tile
-  auto dq_lo = [&](int b) { return rows(b * kRowsPerBlock + 80); };
-  auto dk_hi = [&](int b) { return rows(b * kRowsPerBlock + 96); };
-  auto dk_lo = [&](int b) { return rows(b * kRowsPerBlock + 112); };
-  auto dr_hi = [&](int b) { return rows(b * kRowsPerBlock + 128); };
-  auto dr_lo = [&](int b) { return rows(b * kRowsPerBlock + 144); };
+  auto rq_hi = [&](int b) { return rows(b * kRowsPerBlock + 64); };  // R' of block b's diagonal quarter
+  auto rq_lo = [&](int b) { return rows(b * kRowsPerBlock + 72); };
+  auto lqr_hi = [&](int b) { return rows(b * kRowsPerBlock + 80); };  // L' (k rows 0-7, q rows 8-15)
+  auto lqr_lo = [&](int b) { return rows(b * kRowsPerBlock + 96); };
   auto r_hi = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1)); };
   auto r_lo = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1) + kRRows); };
   for (int i = threadIdx.x; i < BT; i += kThreads) {
@@ -157,21 +125,24 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     beta_s[i] = i < chunk.length ? detail::activate_beta(raw, p.beta_activation) : 0.0f;
   }
 
-  // This warp's products: product n = warp * kSlots + s is matrix n / kAllTiles (0 Akk, 1 Aqk) at tile
-  // n % kAllTiles, tiles numbered row by row: (0,0), (1,0), (1,1), (2,0), ... Decoded where used (registers are
-  // the bound here); a = BT: no product.
-  auto slot_tile = [&](int s, int* a, int* b, bool* akk) {
-    const int n = warp * kSlots + s, t = n % kAllTiles;
-    int row = 0;
-    while ((row + 1) * (row + 2) / 2 <= t) ++row;
-    *a = n < kProducts ? row : BT;
-    *b = t - row * (row + 1) / 2;
-    *akk = n < kAllTiles;
-  };
-  m::Acc acc[kSlots];
+  // This warp's off-diagonal products: product n = warp * kSlots + s is matrix n / kTiles (0 Akk, 1 Aqk) at tile
+  // n % kTiles, tiles numbered row by row: (1,0), (2,0), (2,1), (3,0), ...
+  int slot_a[kSlots], slot_b[kSlots], slot_m[kSlots];
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int n = warp * kSlots + s, t = n % (kTiles > 0 ? kTiles : 1);
+    int a = 1;
+    while (a * (a + 1) / 2 <= t) ++a;
+    slot_a[s] = n < kProducts ? a : BT;  // BT: no product
+    slot_b[s] = t - a * (a - 1) / 2;
+    slot_m[s] = n / (kTiles > 0 ? kTiles : 1);
+  }
+  m::Acc acc[kSlots], acc_quarter;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) m::zero(acc[s]);
-  bool exact_ever = false;  // whether any slice summed channels of the triangles exactly
+  m::zero(acc_quarter);
+  const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
+  const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
   // Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs (numeric::split_hi_lo's bits, by
   // pack2): one packed rounding for both his, one for both los, and one 32-bit store into each tile.
@@ -182,22 +153,18 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     *reinterpret_cast<uint32_t*>(&lo_tile[m::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
   };
 
-  // Exact triangle pairs: task = (triangle, pair), pair = i (i + 1) / 2 + j, always summed by thread task %
-  // kThreads (slot task / kThreads), so its sums need no synchronisation from slice to slice. They live in the
-  // staging rows' spare columns (Akk's term at index task, Aqk's at kPairs + task), not in registers.
-  auto pair_rows = [&](int task, int* ri, int* rj) {
-    const int pair = task % kTrianglePairs, base = 8 * (task / kTrianglePairs);
+  // Exact triangle pairs: thread slot x holds task tid + x * kThreads = (triangle, pair), pair = i (i + 1) / 2 + j,
+  // decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair).
+  int pair_rows[kPairsPerThread];
+  float diag_kk[kPairsPerThread] = {}, diag_qk[kPairsPerThread] = {};
+#pragma unroll
+  for (int x = 0; x < kPairsPerThread; ++x) {
+    const int task = threadIdx.x + x * kThreads, pair = task % kTrianglePairs;
     int i = 0;
     while ((i + 1) * (i + 2) / 2 <= pair) ++i;
-    *ri = base + i;
-    *rj = base + pair - i * (i + 1) / 2;
-  };
-  static_assert(2 * kPairs <= 3 * BT * (kLdS - kSlice), "the spare columns hold every exact sum");
-  auto exact_sum = [&](int index) -> float& {
-    const int array = index / (BT * (kLdS - kSlice)), e = index % (BT * (kLdS - kSlice));
-    return q_s[array * BT * kLdS + (e / (kLdS - kSlice)) * kLdS + kSlice + e % (kLdS - kSlice)];
-  };
-  for (int e = threadIdx.x; e < 2 * kPairs; e += kThreads) exact_sum(e) = 0.0f;  // before the first slice's barrier
+    const int base = 8 * (task / kTrianglePairs);
+    pair_rows[x] = task < kPairs ? (base + i) | ((base + pair - i * (i + 1) / 2) << 16) : -1;
+  }
 
   // Slice staging: 16 channels of a row are two 16-byte vectors of q and of k and four of G. The next slice's loads
   // are issued right after the current slice is staged, so they fly while it is computed (ncu: waiting on these
@@ -367,127 +334,105 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if (p.qg.data != nullptr) write_slice_qg(d0);
     }
     // Factors. Thread t owns the channel pair d, d + 1 (d = 2 (t % 8)) and one row group grp = t / 8, so the loops
-    // have fixed trip counts, each thread reads its reference rows' gates once, and every factor store is two
-    // channels wide. Per 16-row block, with 16 groups (NVIDIA: 128 threads) every group makes one row of L, of R'
-    // and of L'; with 32 (AMD: 256 threads) groups 0-15 make the L and R' rows and 16-31 the L' rows. Rows past the
-    // chunk get zero factors (never exp2 of garbage). Each thread also decides, for its two channels, whether they
-    // sum the block's triangles exactly (then the triangles' factors with a positive exponent are zero). Lanes 0-7
-    // of every warp hold the 8 channel pairs, so one vote gives each warp the same 16-channel mask per block:
-    // exact_channels holds block b's at bits 16 b .. 16 b + 15.
-    uint64_t exact_channels = 0;
+    // have fixed trip counts, each thread reads its reference-row gates once, and every factor store is two channels
+    // wide. With 16 groups (NVIDIA: 128 threads) every group makes one L row and one row of the diagonal quarter per
+    // block; with 32 (AMD: 256 threads) groups 0-15 make the L rows and 16-31 the quarter. Rows past the chunk get
+    // zero factors (never exp2 of garbage).
     {
       constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
-      static_assert(kRowGroups == 16 || kRowGroups == 32, "whole factor rows per group");
+      static_assert(kRowGroups == 16 || kRowGroups == 32, "whole L rows and quarter rows per group");
       const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow;
+      // This group's row of the quarter: R' rows 0-7, then L' rows 8-15 (warp 0, which also holds the exact pairs'
+      // odd third slot, gets the one-factor R' rows); negative: none.
+      const int quarter_row = grp - (kRowGroups - 16);
       auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
       auto decay2 = [](float2 from, float2 to) {  // exp2(from - to) per channel
         return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
       };
-      const float2 none = make_float2(0.0f, 0.0f);
 #pragma unroll 1
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;
         if (ref >= chunk.length) continue;  // uniform: the block has no rows
-        const int mid = min(ref + 8, chunk.length - 1), end = min(ref + 15, chunk.length - 1);
-        const float2 g_ref = ld2(g_s, ref), g_mid = ld2(g_s, mid);
-        const float2 g_end = ld2(g_s, end);
-        const bool exact_x = triangle_channel_exact<E>(g_ref.x, g_mid.x, g_end.x);
-        const bool exact_y = triangle_channel_exact<E>(g_ref.y, g_mid.y, g_end.y);
-        const uint64_t even = detail::warp_ballot(exact_x) & 0xffu, odd = detail::warp_ballot(exact_y) & 0xffu;
-        exact_channels |= uint64_t(interleave_bits8(uint32_t(even), uint32_t(odd))) << (16 * b);
-        // A triangle factor (positive exponent) of an exact channel is zero.
-        auto triangle_factor = [&](float2 decay, bool positive) {
-          return make_float2(positive && exact_x ? 0.0f : decay.x, positive && exact_y ? 0.0f : decay.y);
-        };
-        const int i = grp % 16, row = ref + i;
-        const bool in_chunk = row < chunk.length;
-        const float2 g_row = ld2(g_s, row), q = ld2(q_s, row), k = ld2(k_s, row);
-        if (kRowGroups == 16 || grp < 16) {
-          // L of block b (against its first row) and R' of its diagonal tile (against the middle row).
-          const float2 decay = in_chunk ? decay2(g_row, g_ref) : none;
-          split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), i, d);
-          split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), i, d);
-          const float2 r = triangle_factor(in_chunk ? decay2(g_mid, g_row) : none, i >= 8);
-          split2(k.x * r.x, k.y * r.y, dr_hi(b), dr_lo(b), i, d);
+        const float2 g_ref = ld2(g_s, ref);
+        if (grp < 16) {  // L of block b: row ref + grp against the reference row
+          const int row = ref + grp;
+          const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
+          const float2 q = ld2(q_s, row), k = ld2(k_s, row);
+          split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
+          split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
         }
-        if (kRowGroups == 16 || grp >= 16) {  // L' of the diagonal tile
-          const float2 l = triangle_factor(in_chunk ? decay2(g_row, g_mid) : none, i < 8);
-          split2(q.x * l.x, q.y * l.y, dq_hi(b), dq_lo(b), i, d);
-          split2(k.x * l.x, k.y * l.y, dk_hi(b), dk_lo(b), i, d);
+        // The diagonal quarter against the middle row mid: R' (rows ref + i) and L' (rows mid + i, k and q).
+        const int mid = ref + 8;
+        if (mid < chunk.length && quarter_row >= 0) {  // uniform over a warp
+          const float2 g_mid = ld2(g_s, mid);
+          if (quarter_row < 8) {
+            const int col = ref + quarter_row;
+            const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
+            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), quarter_row, d);
+          } else {
+            const int i = quarter_row - 8, row = mid + i;
+            const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
+            const float2 q = ld2(q_s, row), k = ld2(k_s, row);
+            split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);
+            split2(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + i, d);
+          }
         }
-        // R of block b: the rows before it, against its first row.
+        // R of block b: the rows before it, against its reference row.
         for (int j = grp; j < ref; j += kRowGroups) {
-          const float2 decay = decay2(g_ref, ld2(g_s, j)), kj = ld2(k_s, j);
-          split2(kj.x * decay.x, kj.y * decay.y, r_hi(b), r_lo(b), j, d);
+          const float2 decay = decay2(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
+          split2(k.x * decay.x, k.y * decay.y, r_hi(b), r_lo(b), j, d);
         }
       }
     }
-    __syncthreads();  // the factors are written
-    exact_ever |= exact_channels != 0;
+    // The 8-row triangles, exactly.
+#pragma unroll
+    for (int x = 0; x < kPairsPerThread; ++x) {
+      const int ri = pair_rows[x] & 0xffff, rj = pair_rows[x] >> 16;
+      if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
+      // Four channels per 16-byte shared load: the threads of a warp touch few distinct rows, so each load is about
+      // one shared-memory wavefront.
+      float kk = 0.0f, qk = 0.0f;
+#pragma unroll
+      for (int d = 0; d < kSlice; d += 4) {
+        const float4 kj4 = *reinterpret_cast<const float4*>(&k_s[rj * kLdS + d]);
+        const float4 gj4 = *reinterpret_cast<const float4*>(&g_s[rj * kLdS + d]);
+        const float4 gi4 = *reinterpret_cast<const float4*>(&g_s[ri * kLdS + d]);
+        const float4 ki4 = *reinterpret_cast<const float4*>(&k_s[ri * kLdS + d]);
+        const float4 qi4 = *reinterpret_cast<const float4*>(&q_s[ri * kLdS + d]);
+        const float kj[4] = {kj4.x * detail::decay_exp2(gi4.x - gj4.x), kj4.y * detail::decay_exp2(gi4.y - gj4.y),
+                             kj4.z * detail::decay_exp2(gi4.z - gj4.z), kj4.w * detail::decay_exp2(gi4.w - gj4.w)};
+        kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
+        qk += qi4.x * kj[0] + qi4.y * kj[1] + qi4.z * kj[2] + qi4.w * kj[3];
+      }
+      diag_kk[x] += kk;
+      diag_qk[x] += qk;
+    }
+    __syncthreads();  // factors are written
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-      int a, b;
-      bool akk;
-      slot_tile(s, &a, &b, &akk);
+      const int a = slot_a[s], b = slot_b[s];
       if (16 * a >= chunk.length) continue;  // no product, or its row block has no rows (uniform over the warp)
-      const bool diagonal = a == b;
-      const uint16_t* l_hi = diagonal ? (akk ? dk_hi(a) : dq_hi(a)) : (akk ? lk_hi(a) : lq_hi(a));
-      const uint16_t* rb_hi = diagonal ? dr_hi(a) : r_hi(a) + 16 * b * 16;
-      const uint16_t* rb_lo = diagonal ? dr_lo(a) : r_lo(a) + 16 * b * 16;
+      const uint16_t* l_hi = slot_m[s] == 0 ? lk_hi(a) : lq_hi(a);
       const m::FragA lh = m::load_a_swizzled16(l_hi, lane), ll = m::load_a_swizzled16(l_hi + 16 * 16, lane);
-      const m::FragB rh = m::load_b_transposed_swizzled16(rb_hi, lane);
-      const m::FragB rl = m::load_b_transposed_swizzled16(rb_lo, lane);
+      const m::FragB rh = m::load_b_transposed_swizzled16(r_hi(a) + 16 * b * 16, lane);
+      const m::FragB rl = m::load_b_transposed_swizzled16(r_lo(a) + 16 * b * 16, lane);
       m::mma<E>(acc[s], lh, rh);
       m::mma<E>(acc[s], lh, rl);
       m::mma<E>(acc[s], ll, rh);
     }
-    // The exact channels' share of the triangles.
-    if (exact_channels != 0) {
-#pragma unroll 1
-      for (int x = 0; x < kPairsPerThread; ++x) {
-        const int task = threadIdx.x + x * kThreads;
-        if (task >= kPairs) continue;
-        int ri, rj;
-        pair_rows(task, &ri, &rj);
-        const int b = ri / 16;
-        const uint32_t mask = uint32_t(exact_channels >> (16 * b)) & 0xffffu;  // this block's exact channels
-        if (ri >= chunk.length || mask == 0) continue;
-        // Four channels per 16-byte shared load: the threads of a warp touch few distinct rows, so each load is
-        // about one shared-memory wavefront.
-        float kk = 0.0f, qk = 0.0f;
-#pragma unroll 1
-        for (int d = 0; d < kSlice; d += 4) {
-          const float4 kj4 = *reinterpret_cast<const float4*>(&k_s[rj * kLdS + d]);
-          const float4 gj4 = *reinterpret_cast<const float4*>(&g_s[rj * kLdS + d]);
-          const float4 gi4 = *reinterpret_cast<const float4*>(&g_s[ri * kLdS + d]);
-          const float4 ki4 = *reinterpret_cast<const float4*>(&k_s[ri * kLdS + d]);
-          const float4 qi4 = *reinterpret_cast<const float4*>(&q_s[ri * kLdS + d]);
-          auto term = [&](int c, float kj, float gi, float gj) {
-            return (mask >> (d + c)) & 1 ? kj * detail::decay_exp2(gi - gj) : 0.0f;
-          };
-          const float kj[4] = {term(0, kj4.x, gi4.x, gj4.x), term(1, kj4.y, gi4.y, gj4.y),
-                               term(2, kj4.z, gi4.z, gj4.z), term(3, kj4.w, gi4.w, gj4.w)};
-          kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
-          qk += qi4.x * kj[0] + qi4.y * kj[1] + qi4.z * kj[2] + qi4.w * kj[3];
-        }
-        exact_sum(task) += kk;
-        exact_sum(kPairs + task) += qk;
-      }
+    if (has_quarter) {
+      const m::FragA lh = m::load_a_swizzled16(lqr_hi(qb), lane), ll = m::load_a_swizzled16(lqr_lo(qb), lane);
+      m::FragB rh = m::load_b_transposed_swizzled16(rq_hi(qb), lane);
+      m::FragB rl = m::load_b_transposed_swizzled16(rq_lo(qb), lane);
+      m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
+      m::keep_b_columns_0_to_7(rl, lane);
+      m::mma<E>(acc_quarter, lh, rh);
+      m::mma<E>(acc_quarter, lh, rl);
+      m::mma<E>(acc_quarter, ll, rh);
     }
   }
 
   // Assemble both matrices in shared memory (zeros above the diagonal and past the chunk), then write whole rows.
-  // This thread's exact sums leave the spare columns first: the assembly overwrites them.
-  float exact_kk[kPairsPerThread] = {}, exact_qk[kPairsPerThread] = {};
-  if (exact_ever) {
-#pragma unroll
-    for (int x = 0; x < kPairsPerThread; ++x) {
-      const int task = threadIdx.x + x * kThreads;
-      if (task >= kPairs) continue;
-      exact_kk[x] = exact_sum(task);
-      exact_qk[x] = exact_sum(kPairs + task);
-    }
-  }
   __syncthreads();
   float* akk_s = reinterpret_cast<float*>(smem);
   float* aqk_s = akk_s + BT * kLdO;
@@ -496,31 +441,30 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
-    int a, b;
-    bool akk;
-    slot_tile(s, &a, &b, &akk);
+    const int a = slot_a[s], b = slot_b[s];
     if (16 * a >= chunk.length) continue;
-    float* dst = akk ? akk_s : aqk_s;
+    float* dst = slot_m[s] == 0 ? akk_s : aqk_s;
 #pragma unroll
     for (int e = 0; e < m::kAccPerLane; ++e) {
       const m::Coord c = m::acc_coord(lane, e);
-      // A diagonal tile keeps its lower triangle: Aqk with the diagonal, Akk without.
-      if (a == b && (akk ? c.col >= c.row : c.col > c.row)) continue;
       dst[(16 * a + c.row) * kLdO + 16 * b + c.col] = acc[s].x[e];
     }
   }
-  if (exact_ever) {  // uniform: add the exact channels' share of the triangles (zero where a block had none)
-    __syncthreads();
+  if (has_quarter) {  // rows 0-7 of the product are Akk's, rows 8-15 Aqk's; columns 8-15 are masked out
 #pragma unroll
-    for (int x = 0; x < kPairsPerThread; ++x) {
-      const int task = threadIdx.x + x * kThreads;
-      if (task >= kPairs) continue;
-      int i, j;
-      pair_rows(task, &i, &j);
-      if (i >= chunk.length) continue;
-      if (j < i) akk_s[i * kLdO + j] += exact_kk[x];
-      aqk_s[i * kLdO + j] += exact_qk[x];
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      if (c.col >= 8) continue;
+      float* dst = c.row < 8 ? akk_s : aqk_s;
+      dst[(16 * qb + 8 + c.row % 8) * kLdO + 16 * qb + c.col] = acc_quarter.x[e];
     }
+  }
+#pragma unroll
+  for (int x = 0; x < kPairsPerThread; ++x) {
+    const int i = pair_rows[x] & 0xffff, j = pair_rows[x] >> 16;
+    if (pair_rows[x] < 0 || i >= chunk.length) continue;
+    if (j < i) akk_s[i * kLdO + j] = diag_kk[x];
+    aqk_s[i * kLdO + j] = diag_qk[x];
   }
   __syncthreads();
   // Whole rows leave as 16-byte vectors: element e covers columns 4 (e % (BT / 4)) .. + 3 of row e / (BT / 4).

@@ -94,16 +94,6 @@ __device__ inline void named_barrier_arrive(int id, int threads) {
 #endif
 }
 
-// Bit l set where lane l of the calling warp passes `pred` (lanes 0-31 on NVIDIA, 0-63 on AMD). Every lane of the
-// warp must call it.
-__device__ inline uint64_t warp_ballot(bool pred) {
-#if defined(KDA_PLATFORM_CUDA)
-  return __ballot_sync(0xffffffffu, pred);
-#else
-  return __ballot(pred);
-#endif
-}
-
 // The 8 16-bit E values packed in raw, as floats.
 template <typename E>
 __device__ inline void unpack8(const uint4& raw, float out[8]) {

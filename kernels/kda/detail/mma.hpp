@@ -229,6 +229,15 @@ __device__ inline FragB load_b_transposed_swizzled16(const uint16_t* tile, int l
   return f;
 }
 
+// Zeroes the elements of columns 8-15 of a B operand, for a product with only 8 columns: columns 8-15 of the result
+// then get nothing. The load before it may have read anything there (it must still be real shared memory).
+__device__ inline void keep_b_columns_0_to_7(FragB& f, int lane) {
+#pragma unroll
+  for (int e = 0; e < kBPerLane; ++e) {
+    if (b_coord(lane, e).col >= 8) f.x[e] = 0;
+  }
+}
+
 // D += A * B. E selects bf16 (bf16_t) or fp16 (fp16_t) inputs.
 template <typename E>
 __device__ inline void mma(Acc& d, const FragA& a, const FragB& b) {
