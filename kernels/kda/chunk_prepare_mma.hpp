@@ -17,21 +17,6 @@
 
 namespace kda::kernels {
 
-// Both kernels below run their body from one of two inlined copies: one for full chunks, where the chunk's length
-// is the constant BT and every per-row `i < length` test folds away (all chunks of a prefill but each sequence's
-// last are full; ncu counted ~11 % of the fused kernel's instructions as branch bookkeeping), and one for the rest.
-// Both copies compute the same values, so the choice changes no bit.
-template <int BT, typename Body>
-__device__ __forceinline__ void with_full_chunk_constant(const detail::ChunkCoords& chunk, Body&& body) {
-  if (chunk.length == BT) {
-    detail::ChunkCoords full = chunk;
-    full.length = BT;
-    body(full);
-  } else {
-    body(chunk);
-  }
-}
-
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
     chunk_prepare_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, bool v_vector) {
@@ -42,19 +27,17 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __shared__ __align__(16) unsigned char smem[kBytes];
   __shared__ float beta_s[BT];
   __shared__ float glast_s[K];
-  detail::ChunkCoords located;
-  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &located)) return;
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;
-  with_full_chunk_constant<BT>(located, [&](const detail::ChunkCoords& chunk) __attribute__((always_inline)) {
-    intra_chunk_mma_block<E, BT>(ip, chunk, h, smem, beta_s, /*invert=*/true);
-    // Tinv as the intra kernel would have written it: columns past the chunk masked to zero.
-    const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
-    auto tinv_row4 = [&](int i, int j) {
-      return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
-    };
-    recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2>(
-        wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
-  });
+  intra_chunk_mma_block<E, BT>(ip, chunk, h, smem, beta_s, /*invert=*/true);
+  // Tinv as the intra kernel would have written it: columns past the chunk masked to zero.
+  const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
+  auto tinv_row4 = [&](int i, int j) {
+    return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
+  };
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2>(
+      wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
 
 // Blocks per multiprocessor of chunk_prepare_inputs_mma_kernel: four (128 registers, almost no spills). At the
@@ -80,24 +63,22 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinB
   __shared__ __align__(16) unsigned char smem[kBytes];
   __shared__ float beta_s[BT];
   __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];  // see intra_chunk_mma_block
-  detail::ChunkCoords located;
-  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &located)) return;
+  detail::ChunkCoords chunk;
+  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;
-  with_full_chunk_constant<BT>(located, [&](const detail::ChunkCoords& chunk) __attribute__((always_inline)) {
-    for (int d = threadIdx.x; d < K; d += kThreads)
-      inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
-    if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
-    // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
-    intra_chunk_mma_block<E, BT, /*kFromInputs=*/true>(ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s,
-                                                        wp.w, wp.kg);
-    const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
-    auto tinv_row4 = [&](int i, int j) {
-      return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
-    };
-    recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2,
-                            /*kRhsInW=*/true>(wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s,
-                                              /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4, v_vector);
-  });
+  for (int d = threadIdx.x; d < K; d += kThreads)
+    inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
+  if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
+  // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
+  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true>(ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s,
+                                                      wp.w, wp.kg);
+  const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
+  auto tinv_row4 = [&](int i, int j) {
+    return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
+  };
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/true>(
+      wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4,
+      v_vector);
 }
 
 }  // namespace kda::kernels
