@@ -222,9 +222,13 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if constexpr (kFromInputs) {
         if (in->qk_l2norm && i < chunk.length) {  // as qk_l2norm_vec_kernel: scale, then round to the I/O type
 #pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            qv[c] = numeric::round_to<E>(qv[c] * inv_q_s[i]);
-            kv[c] = numeric::round_to<E>(kv[c] * inv_k_s[i]);
+          for (int c = 0; c < 8; c += 2) {  // round_to, two values per packed conversion
+            const uint32_t qp = numeric::pack2<E>(qv[c] * inv_q_s[i], qv[c + 1] * inv_q_s[i]);
+            const uint32_t kp = numeric::pack2<E>(kv[c] * inv_k_s[i], kv[c + 1] * inv_k_s[i]);
+            qv[c] = numeric::to_float(E{uint16_t(qp & 0xffffu)});
+            qv[c + 1] = numeric::to_float(E{uint16_t(qp >> 16)});
+            kv[c] = numeric::to_float(E{uint16_t(kp & 0xffffu)});
+            kv[c + 1] = numeric::to_float(E{uint16_t(kp >> 16)});
           }
         }
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here.

@@ -385,10 +385,11 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     for (int e = 0; e < m::kAccPerLane; e += 2) {
       const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
       const int i0 = rt * 16 + c0.row, i1 = rt * 16 + c1.row;
-      const uint16_t b0 = numeric::from_float<E>(o.x[e]).bits, b1 = numeric::from_float<E>(o.x[e + 1]).bits;
+      const uint32_t pair = numeric::pack2<E>(o.x[e], o.x[e + 1]);  // round(o.x[e]) in the low half
+      const uint16_t b0 = uint16_t(pair & 0xffffu), b1 = uint16_t(pair >> 16);
       if (o_pairs) {
         const int64_t off0 = tile_at + int64_t(c0.row) * p.o.token_stride + c0.col;
-        if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = uint32_t(b0) | (uint32_t(b1) << 16);
+        if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = pair;
       } else {
         if (i0 < length) o_out[detail::element_offset(p.o, start + i0, h, v0 + ct * 16 + c0.col)] = b0;
         if (i1 < length) o_out[detail::element_offset(p.o, start + i1, h, v0 + ct * 16 + c1.col)] = b1;
@@ -486,12 +487,12 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     store_chunk(next);
     if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
-      const uint16_t b0 = numeric::from_float<E>(s0).bits, b1 = numeric::from_float<E>(s1).bits;
+      const uint32_t pair = numeric::pack2<E>(s0, s1);  // round(s0) in the low half
       if constexpr (m::kAccPairsInRows) {
-        *reinterpret_cast<uint32_t*>(&state_s[d0 * kLdV + col0]) = uint32_t(b0) | (uint32_t(b1) << 16);
+        *reinterpret_cast<uint32_t*>(&state_s[d0 * kLdV + col0]) = pair;
       } else {
-        state_s[d0 * kLdV + col0] = b0;
-        state_s[d1 * kLdV + col1] = b1;
+        state_s[d0 * kLdV + col0] = uint16_t(pair & 0xffffu);
+        state_s[d1 * kLdV + col1] = uint16_t(pair >> 16);
       }
     });
     if constexpr (kInterEarly) detail::copy16_async_wait_prior();  // this chunk's qg and Aqk, copied a chunk ahead
