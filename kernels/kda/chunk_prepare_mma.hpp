@@ -17,13 +17,8 @@
 
 namespace kda::kernels {
 
-// Blocks per multiprocessor of chunk_prepare_mma_kernel (the staged form's prepare): four, 128 registers, as the
-// fused kernel below, instead of the intra stage's five (96 registers: ptxas spilled ~100 bytes here, the w/u part
-// on top of the intra part).
-constexpr int kPrepareMinBlocks = 4;
-
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
     chunk_prepare_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, bool v_vector) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
   using IntraL = IntraMmaLayout<BT>;
