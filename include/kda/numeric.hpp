@@ -147,6 +147,13 @@ KDA_HOST_DEVICE inline uint32_t pack2(float x0, float x1) {
 #endif
 }
 
+// The two T values of a pack2 word as floats: x0 from the low half, x1 from the high half.
+template <typename T>
+KDA_HOST_DEVICE inline void unpack2(uint32_t pair, float* x0, float* x1) {
+  *x0 = to_float(T{uint16_t(pair & 0xffffu)});
+  *x1 = to_float(T{uint16_t(pair >> 16)});
+}
+
 // Rounds an fp32 value to the precision of T and back: the value a T-typed store would later load as.
 template <typename T>
 KDA_HOST_DEVICE inline float round_to(float f) { return to_float(from_float<T>(f)); }

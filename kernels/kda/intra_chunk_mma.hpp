@@ -148,7 +148,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   // pack2): one packed rounding for both his, one for both los, and one 32-bit store into each tile.
   auto split2 = [&](float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
     const uint32_t hi = numeric::pack2<E>(x0, x1);
-    const float h0 = numeric::to_float(E{uint16_t(hi & 0xffffu)}), h1 = numeric::to_float(E{uint16_t(hi >> 16)});
+    float h0, h1;
+    numeric::unpack2<E>(hi, &h0, &h1);
     *reinterpret_cast<uint32_t*>(&hi_tile[m::swizzled16(row, d)]) = hi;
     *reinterpret_cast<uint32_t*>(&lo_tile[m::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
   };
@@ -223,12 +224,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         if (in->qk_l2norm && i < chunk.length) {  // as qk_l2norm_vec_kernel: scale, then round to the I/O type
 #pragma unroll
           for (int c = 0; c < 8; c += 2) {  // round_to, two values per packed conversion
-            const uint32_t qp = numeric::pack2<E>(qv[c] * inv_q_s[i], qv[c + 1] * inv_q_s[i]);
-            const uint32_t kp = numeric::pack2<E>(kv[c] * inv_k_s[i], kv[c + 1] * inv_k_s[i]);
-            qv[c] = numeric::to_float(E{uint16_t(qp & 0xffffu)});
-            qv[c + 1] = numeric::to_float(E{uint16_t(qp >> 16)});
-            kv[c] = numeric::to_float(E{uint16_t(kp & 0xffffu)});
-            kv[c + 1] = numeric::to_float(E{uint16_t(kp >> 16)});
+            numeric::unpack2<E>(numeric::pack2<E>(qv[c] * inv_q_s[i], qv[c + 1] * inv_q_s[i]), &qv[c], &qv[c + 1]);
+            numeric::unpack2<E>(numeric::pack2<E>(kv[c] * inv_k_s[i], kv[c + 1] * inv_k_s[i]), &kv[c], &kv[c + 1]);
           }
         }
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here.
