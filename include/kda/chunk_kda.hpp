@@ -319,16 +319,16 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
   char* ws = static_cast<char*>(workspace);
 
-  // The device status word of this call starts clear (a memset node under graph capture).
+  // The device status word of this call starts clear: resolve_chunks zeroes it first, inside the derivation kernel
+  // when the tables are derived, by a memset (a memset node under graph capture) when the caller passed them.
   auto* status = reinterpret_cast<uint32_t*>(ws + l.status);
-  KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(status, 0, sizeof(uint32_t), stream));
   StageGeometry g = a.geometry;
   g.metadata.device_status = status;
 
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, ws + l.metadata,
                                              detail::derived_metadata_bytes(a.geometry.metadata, g.chunk_size), stream,
-                                             &chunks));
+                                             &chunks, /*clear_device_status=*/true));
 
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path, output);
   if (s.inputs_fused) {

@@ -75,6 +75,50 @@ TEST(DeviceMetadata, DerivedTablesEqualHostBuilder) {
   }
 }
 
+// resolve_chunks clears the status word only when asked (chunk_kda_fwd asks; a stage launcher's caller owns the
+// word and may be OR-ing several launches into it), in both metadata modes, and a malformed cu_seqlens found while
+// deriving is reported after the clear, not wiped by it.
+TEST(DeviceMetadata, StatusWordIsClearedOnlyWhenAsked) {
+  ASSERT_TRUE(have_gpu());
+  const std::vector<int32_t> good = {0, 100, 164}, bad = {0, 180, 164};  // bad: decreasing
+  ChunkMetadata built;
+  ASSERT_TRUE(build_chunk_metadata(std::vector<int64_t>{0, 100, 164}, 64, &built).is_ok());
+  std::vector<int32_t> indices(built.chunk_indices.begin(), built.chunk_indices.end());
+  std::vector<int32_t> offsets(built.chunk_offsets.begin(), built.chunk_offsets.end());
+  DeviceBuffer d_indices(indices.size() * sizeof(int32_t)), d_offsets(offsets.size() * sizeof(int32_t));
+  d_indices.upload(indices.data(), d_indices.bytes());
+  d_offsets.upload(offsets.data(), d_offsets.bytes());
+  for (bool with_tables : {false, true}) {
+    for (bool clear : {false, true}) {
+      for (const auto* cu : {&good, &bad}) {
+        DeviceBuffer d_cu(cu->size() * sizeof(int32_t)), d_status(sizeof(uint32_t));
+        d_cu.upload(cu->data(), d_cu.bytes());
+        const uint32_t stale = 0x80000000u;
+        d_status.upload(&stale, sizeof(stale));
+        ChunkMetadataArgs m;
+        m.cu_seqlens = IndexSpan{d_cu.get(), IndexType::kInt32};
+        m.num_sequences = 2;
+        m.total_tokens = 164;
+        m.device_status = d_status.as<uint32_t>();
+        if (with_tables) {
+          m.chunk_indices = IndexSpan{d_indices.get(), IndexType::kInt32};
+          m.chunk_offsets = IndexSpan{d_offsets.get(), IndexType::kInt32};
+          m.num_chunks = built.num_chunks;
+        }
+        DeviceBuffer ws(std::max<size_t>(1, derived_chunk_metadata_bytes(164, 2, 64)));
+        detail::ResolvedChunks r;
+        KDA_ASSERT_OK(detail::resolve_chunks(m, 64, ws.get(), ws.bytes(), nullptr, &r, clear));
+        uint32_t bits = 0;
+        KDA_ASSERT_OK(read_device_status(m.device_status, nullptr, &bits));
+        // Only the derivation reads cu_seqlens here; with tables the stages (not launched) would report.
+        const uint32_t found = !with_tables && cu == &bad ? uint32_t(detail::kDeviceStatusBadCuSeqlens) : 0u;
+        EXPECT_EQ(bits, (clear ? 0u : stale) | found)
+            << (with_tables ? "tables" : "derived") << (clear ? " clear" : " keep") << (cu == &bad ? " bad" : " good");
+      }
+    }
+  }
+}
+
 TEST(DeviceMetadata, UploadHelperDeliversBuilderTables) {
   ASSERT_TRUE(have_gpu());
   std::vector<int64_t> cu;

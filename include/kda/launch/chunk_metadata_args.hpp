@@ -26,7 +26,8 @@ struct ChunkMetadataArgs {
   int64_t num_chunks = -1;       // host NT matching the tables (required with them)
   // Optional device word where kernels OR in DeviceStatusBits for problems only the device can see (malformed
   // device cu_seqlens, tables that disagree with it, state indices past the pool). Read it with
-  // kda::read_device_status. chunk_kda_fwd points this at its own workspace slot and clears it on every call.
+  // kda::read_device_status. chunk_kda_fwd points this at its own workspace slot and clears it on every call (the stage
+  // launchers only OR into it: clearing is the caller's).
   uint32_t* device_status = nullptr;
 
   bool has_tables() const { return chunk_indices.data != nullptr || chunk_offsets.data != nullptr; }
@@ -93,14 +94,18 @@ struct ResolvedChunks {
 };
 
 // Uses the caller's tables, or derives them on the device into `workspace` (derived_metadata_bytes of it).
+// clear_device_status (chunk_kda_fwd, whose status word reports on one call): m.device_status is zeroed first, in
+// stream order, by the derivation kernel itself when it runs (one launch fewer) and by a 4-byte memset otherwise.
 inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* workspace, size_t workspace_bytes,
-                             hipStream_t stream, ResolvedChunks* out) {
+                             hipStream_t stream, ResolvedChunks* out, bool clear_device_status = false) {
   ChunkTable& t = out->table;
   t.cu_seqlens = m.cu_seqlens;
   t.num_sequences = m.num_sequences;
   t.total_tokens = m.total_tokens;
   t.device_status = m.device_status;
+  const bool clear = clear_device_status && m.device_status != nullptr;
   if (m.has_tables()) {
+    if (clear) KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(m.device_status, 0, sizeof(uint32_t), stream));
     t.chunk_indices = m.chunk_indices;
     t.chunk_offsets = m.chunk_offsets;
     t.num_chunks_host = m.num_chunks;
@@ -117,15 +122,9 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   int32_t* nt = offsets + m.num_sequences + 1;
   auto* indices = reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * size_t(m.num_sequences + 2),
                                                             kWorkspaceAlignment));
-  kernels::derive_chunk_offsets_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(t, chunk_size, nt_max,
-                                                                                        offsets, nt);
+  kernels::derive_chunk_tables_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(t, chunk_size, nt_max, offsets,
+                                                                                      nt, indices, clear);
   KDA_RETURN_IF_LAUNCH_ERROR();
-  if (nt_max > 0) {
-    constexpr int threads = 256;
-    kernels::derive_chunk_indices_kernel<threads><<<unsigned((nt_max + threads - 1) / threads), threads, 0, stream>>>(
-        offsets, m.num_sequences, nt_max, indices);
-    KDA_RETURN_IF_LAUNCH_ERROR();
-  }
   t.chunk_indices = IndexSpan{indices, IndexType::kInt32};
   t.chunk_offsets = IndexSpan{offsets, IndexType::kInt32};
   t.num_chunks_host = -1;
