@@ -355,7 +355,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         const int ref = 16 * b;
         if (ref >= chunk.length) continue;  // uniform: the block has no rows
         const float2 g_ref = ld2(g_s, ref);
-        if (grp < 16) {  // L of block b: row ref + grp against the reference row
+        if (grp < 16 && b > 0) {  // L of block b: row ref + grp against the reference row (block 0's L would
+                                  // serve no product: every off-diagonal tile has a row block a >= 1)
           const int row = ref + grp;
           const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
           const float2 q = ld2(q_s, row), k = ld2(k_s, row);
