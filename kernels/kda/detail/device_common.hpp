@@ -209,10 +209,11 @@ __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 // accurate: e^-|x| in (0, 1], a log of (1, 2]. Absolute error below ~2e-7 (lg2.approx is within 2^-22.6 on [1, 2];
 // where e^-|x| < 2^-24 the log term rounds to 0 against a true value below 6e-8), which is what the decays care
 // about: G is a sum of gates. expf + log1pf made the gate stage compute-bound (docs/performance.md). NaN stays NaN,
-// -inf gives 0, and nothing overflows.
+// -inf gives 0, and nothing overflows. Both sides are formed and one is selected (no branch per element: the fused
+// prepare evaluates this for every gate it stages).
 __device__ inline float softplus(float x) {
-  if (x > 20.0f) return x;
-  return fmaxf(x, 0.0f) + __logf(1.0f + __expf(-fabsf(x)));
+  const float smooth = fmaxf(x, 0.0f) + __logf(1.0f + __expf(-fabsf(x)));
+  return x > 20.0f ? x : smooth;
 }
 
 // The activated beta used by Akk and w/u: raw, sigmoid(raw) or 2*sigmoid(raw).
