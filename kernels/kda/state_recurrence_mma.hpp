@@ -188,17 +188,53 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
       }
     }
   };
-  // The fp32 state pool moves a pair as one 8-byte access where the pair is two neighbouring columns of one row in
-  // memory: NVIDIA's accumulator layout, the K-first pool, an 8-byte aligned pointer (offsets are even there).
+  // The fp32 initial and final state (v34). Where a pair is two neighbouring columns of one row in memory (NVIDIA's
+  // accumulator layout, the K-first pool, an 8-byte aligned pointer: offsets are even there), each thread moves its
+  // pairs as 8-byte accesses at fixed offsets from one corner: element (d, v0 + col) is at tile + d V + col, and a
+  // lane's accumulator coordinates are its (lane, 0) plus constants per element (static_assert below). Elsewhere (a
+  // V-first pool, an unaligned pointer, AMD) the tile goes through shared memory (w and kg's buffers, unused before
+  // the first chunk and after the last) kPassRows rows at a time, in a plain loop. Before, every pair formed its
+  // full index: ~1,100 of the ~1,700 instructions per warp on spec256x8, one 8-row chunk per block (ncu, H200).
+  // kCopiesFromCorner: the output-warp form (few blocks, long sequences, where these copies cost nothing) keeps
+  // that per-pair form: with the new one nvcc scheduled its chunk loop differently and it ran ~6 % slower (state
+  // stage single8k 0.304 -> 0.321 ms; docs/performance.md v34).
+  static_assert(m::acc_coords_separable(m::arch::acc_coord, m::arch::kLanes, m::arch::kAccPerLane),
+                "a lane's accumulator coordinates are its (lane, 0) plus per-element constants");
+  constexpr bool kCopiesFromCorner = OutWarps == 0;
+  constexpr int kLdT = TileV + 4;  // fp32 row of the staged tile (4 floats of padding: fewer bank conflicts)
+  constexpr int kFitRows = int(2 * sizeof(uint16_t) * BT * kLd / (sizeof(float) * kLdT));
+  constexpr int kPassRows = kFitRows >= K ? K : kFitRows >= 64 ? 64 : kFitRows >= 32 ? 32 : 16;  // all K at BT 64
+  static_assert(kFitRows >= 16 && K % kPassRows == 0, "whole passes of the state tile fit w and kg's buffers");
+  float* tile_s = reinterpret_cast<float*>(w_s);
   auto pairs_contiguous = [&](const float* pool) {
     return m::kAccPairsInRows && p.layout == StateLayout::kKFirst && reinterpret_cast<uintptr_t>(pool) % 8 == 0;
+  };
+  // This thread's first pair in the tile: formed where it is used, not held across the chunk loop.
+  auto corner = [&] {
+    const m::Coord lane0 = m::acc_coord(lane, 0);
+    return (tile0 * 16 + lane0.row) * V + ct0 * 16 + lane0.col;
+  };
+  // Visits the pairs this thread holds with their offsets from corner() in the K-first tile (row stride V).
+  auto for_each_state_pair_offset = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < kTilesPerWarp; ++j) {
+      if (tile0 + j >= kStateTiles) continue;
+#pragma unroll
+      for (int c = 0; c < kColsPerWarp; ++c) {
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; e += 2) {
+          const m::Coord k = m::acc_coord(0, e);
+          f(S[j][c].x[e], S[j][c].x[e + 1], (j * 16 + k.row) * V + c * 16 + k.col);
+        }
+      }
+    }
   };
 #pragma unroll
   for (int j = 0; j < kTilesPerWarp; ++j) {
 #pragma unroll
     for (int c = 0; c < kColsPerWarp; ++c) m::zero(S[j][c]);
   }
-  if (load_initial) {
+  if (load_initial && !kCopiesFromCorner) {  // the per-pair form (see kCopiesFromCorner)
     const bool vec = pairs_contiguous(p.initial_state);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       const float* at = &p.initial_state[state_offset(p, slot, h, d0, v0 + col0)];
@@ -211,6 +247,29 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         s1 = p.initial_state[state_offset(p, slot, h, d1, v0 + col1)];
       }
     });
+  } else if (load_initial) {  // uniform over the block
+    if (pairs_contiguous(p.initial_state)) {
+      const float* tile = p.initial_state + state_offset(p, slot, h, 0, v0) + corner();
+      for_each_state_pair_offset([&](float& s0, float& s1, int off) {
+        const float2 v = *reinterpret_cast<const float2*>(tile + off);
+        s0 = v.x;
+        s1 = v.y;
+      });
+    } else {
+#pragma unroll 1
+      for (int r0 = 0; r0 < K; r0 += kPassRows) {
+        if (r0 > 0) __syncthreads();  // the previous pass is read (the chunk loop's first barrier orders the last)
+        for (int e = threadIdx.x; e < kPassRows * TileV; e += kBlockThreads) {
+          const int d = e / TileV, col = e % TileV;
+          tile_s[d * kLdT + col] = p.initial_state[state_offset(p, slot, h, r0 + d, v0 + col)];
+        }
+        __syncthreads();
+        for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+          if (d0 >= r0 && d0 < r0 + kPassRows) s0 = tile_s[(d0 - r0) * kLdT + col0];
+          if (d1 >= r0 && d1 < r0 + kPassRows) s1 = tile_s[(d1 - r0) * kLdT + col1];
+        });
+      }
+    }
   }
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);
@@ -576,7 +635,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   }
 
   if constexpr (kFoldOutput) detail::copy16_async_wait();  // none left in flight (a bad table ends the loop early)
-  if (p.final_state != nullptr && slot >= 0) {
+  if (p.final_state != nullptr && slot >= 0 && !kCopiesFromCorner) {  // the per-pair form
     const bool vec = pairs_contiguous(p.final_state);
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       float* at = &p.final_state[state_offset(p, slot, h, d0, v0 + col0)];
@@ -587,6 +646,27 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
         p.final_state[state_offset(p, slot, h, d1, v0 + col1)] = s1;
       }
     });
+  } else if (p.final_state != nullptr && slot >= 0) {  // uniform over the chain's warps
+    if (pairs_contiguous(p.final_state)) {
+      float* tile = p.final_state + state_offset(p, slot, h, 0, v0) + corner();
+      for_each_state_pair_offset([&](float& s0, float& s1, int off) {
+        *reinterpret_cast<float2*>(tile + off) = make_float2(s0, s1);
+      });
+    } else {
+#pragma unroll 1
+      for (int r0 = 0; r0 < K; r0 += kPassRows) {
+        chain_sync();  // the last chunk's reads of w and kg, or the previous pass's copies, are done
+        for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+          if (d0 >= r0 && d0 < r0 + kPassRows) tile_s[(d0 - r0) * kLdT + col0] = s0;
+          if (d1 >= r0 && d1 < r0 + kPassRows) tile_s[(d1 - r0) * kLdT + col1] = s1;
+        });
+        chain_sync();
+        for (int e = threadIdx.x; e < kPassRows * TileV; e += kThreads) {
+          const int d = e / TileV, col = e % TileV;
+          p.final_state[state_offset(p, slot, h, r0 + d, v0 + col)] = tile_s[d * kLdT + col];
+        }
+      }
+    }
   }
 }
 

@@ -349,6 +349,51 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
         }
       }
     }
+
+    // The fp32 state pool V-first, or K-first at a pointer 4 bytes off 8-byte alignment: the kernel then moves the
+    // initial and final state through shared memory instead of as 8-byte pairs straight to and from its registers.
+    // h, v_new and the final state (transposed back) must be the K-first, aligned run's bytes at every width.
+    const size_t pool_floats = size_t(p.num_sequences()) * H * K * V;
+    auto transposed = [&](const std::vector<float>& x, bool to_v_first) {  // per (sequence, head): [K,V] <-> [V,K]
+      std::vector<float> y(x.size());
+      for (size_t nh = 0; nh < size_t(p.num_sequences()) * H; ++nh)
+        for (size_t d = 0; d < K; ++d)
+          for (size_t e = 0; e < V; ++e) {
+            const size_t kfirst = (nh * K + d) * V + e, vfirst = (nh * V + e) * K + d;
+            if (to_v_first) y[vfirst] = x[kfirst]; else y[kfirst] = x[vfirst];
+          }
+      return y;
+    };
+    for (StateLayout layout : {StateLayout::kVFirst, StateLayout::kKFirst}) {
+      const bool v_first = layout == StateLayout::kVFirst;
+      for (size_t off : {size_t(0), size_t(1)}) {  // floats of offset
+        if (!v_first && off == 0) continue;  // the run above
+        const std::vector<float> h0_host = v_first ? transposed(p.initial_state, true) : p.initial_state;
+        DeviceBuffer h0_pool((pool_floats + 1) * 4), ht_pool((pool_floats + 1) * 4);
+        EXPECT_EQ(hipMemcpy(h0_pool.as<float>() + off, h0_host.data(), h0_host.size() * 4, hipMemcpyHostToDevice),
+                  hipSuccess);
+        for (int v_tile : {16, 32, 64}) {
+          if (V % v_tile != 0) continue;
+          auto m = device_metadata(p, BT, MetadataMode::kHostBuilder);
+          DeviceBuffer ho(std::max<size_t>(1, size_t(nt) * H * K * V * 2)), vno(T * H * V * 2);
+          StateRecurrenceArgs a = state_args(*m, ho, vno, ht_pool);
+          a.state.initial_state = h0_pool.as<float>() + off;
+          a.state.final_state = ht_pool.as<float>() + off;
+          a.state.layout = layout;
+          a.v_tile = v_tile;
+          a.warps = v_tile >= 32 ? 8 : 4;
+          EXPECT_TRUE(launch_state_recurrence(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+          std::vector<float> ht_host = download_floats(ht_pool.as<float>() + off, pool_floats);
+          if (v_first) ht_host = transposed(ht_host, false);
+          std::vector<uint8_t> bytes = download_raw(ho.get(), size_t(nt) * H * K * V * 2), more = vno.download_bytes();
+          bytes.insert(bytes.end(), more.begin(), more.end());
+          const auto* st = reinterpret_cast<const uint8_t*>(ht_host.data());
+          bytes.insert(bytes.end(), st, st + ht_host.size() * 4);
+          EXPECT_EQ(chosen, bytes) << tag << "state_recurrence v_tile " << v_tile << ", pool "
+                                   << (v_first ? "V-first" : "K-first") << " at float offset " << off;
+        }
+      }
+    }
   }
 
   // The output folded into the state kernel (what chunk_kda_fwd runs for K in {64, 128}): o and the final state

@@ -75,6 +75,20 @@ KDA_HOST_DEVICE constexpr bool acc_pairs_in_rows(CoordFn coord, int lanes, int p
 }
 constexpr bool kAccPairsInRows = acc_pairs_in_rows(arch::acc_coord, arch::kLanes, arch::kAccPerLane);
 
+// Whether a lane's accumulator coordinates are its element 0's plus a lane-independent offset per element:
+// coord(lane, e) = coord(lane, 0) + coord(0, e). Where it holds (both layouts), a thread addresses all its
+// elements from one corner with constant offsets.
+template <typename CoordFn>
+KDA_HOST_DEVICE constexpr bool acc_coords_separable(CoordFn coord, int lanes, int per_lane) {
+  for (int lane = 0; lane < lanes; ++lane) {
+    for (int e = 0; e < per_lane; ++e) {
+      const Coord c = coord(lane, e), l = coord(lane, 0), k = coord(0, e);
+      if (c.row != l.row + k.row || c.col != l.col + k.col) return false;
+    }
+  }
+  return true;
+}
+
 // Tiles of 16-bit values stored in rows of exactly 16 elements (32 bytes, no padding) where, in rows 4-7 of every 8,
 // the two 16-byte halves of a row trade places: the 8 row segments one ldmatrix phase reads then lie in 8 distinct
 // 16-byte bank groups. Rows count from a multiple of 8. Element (row, col) of such a tile:
