@@ -55,35 +55,36 @@ __device__ inline int64_t state_offset(const StateRecurrenceParams& p, int64_t s
                                           : base + int64_t(v) * p.head_dim_k + d;
 }
 
-// Pool slot of sequence n (-1: no state) and whether its initial state is read. A slot past the pool is reported
-// and treated as "no state".
-__device__ inline int64_t state_slot(const StateRecurrenceParams& p, int64_t n, bool* load_initial) {
+// What a block of sequence n needs before its first chunk: the clamped token range, the first global chunk id and
+// count, NT, and the pool slot (-1: no state) with whether its initial state is read. Every index is loaded before
+// any is checked: a check may report (an atomic), nothing after which can be hoisted above it, so checking between
+// the loads made them dependent round trips (ncu, spec256x8: ~14 % of the 64-column state kernel's stall samples
+// sat behind them). A slot past the pool, a malformed cu_seqlens and a chunk_offsets entry that disagrees with it
+// are reported; the slot is then treated as "no state" and the range clamped.
+struct SequenceChunks {
+  int64_t bos, eos, first_chunk, num_chunks, nt;
+  int64_t slot;
+  bool load_initial;
+};
+template <int BT>
+__device__ inline SequenceChunks sequence_chunks(const StateRecurrenceParams& p, int64_t n) {
+  const int64_t b = detail::load_index(p.chunks.cu_seqlens, n), e = detail::load_index(p.chunks.cu_seqlens, n + 1);
+  const int64_t first = detail::load_index(p.chunks.chunk_offsets, n);
+  const int64_t next = detail::load_index(p.chunks.chunk_offsets, n + 1);
   int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
+  const bool flagged = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  SequenceChunks s;
+  s.nt = p.chunks.num_chunks();
+  p.chunks.clamp_range(n, b, e, &s.bos, &s.eos);
+  s.first_chunk = first;
+  s.num_chunks = (s.eos - s.bos + BT - 1) / BT;
+  if (threadIdx.x == 0 && next - first != s.num_chunks) p.chunks.report(detail::kDeviceStatusBadChunkTable);
   if (slot >= p.state_pool_size) {
     if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadStateIndex);
     slot = -1;
   }
-  if (slot < 0) slot = -1;
-  *load_initial = p.initial_state != nullptr && slot >= 0 &&
-                  (p.has_initial_state == nullptr || p.has_initial_state[n] != 0);
-  return slot;
-}
-
-// The chunks of sequence n: its clamped token range, its first global chunk id and count, and NT. A chunk_offsets
-// entry that disagrees with cu_seqlens is reported.
-struct SequenceChunks {
-  int64_t bos, eos, first_chunk, num_chunks, nt;
-};
-template <int BT>
-__device__ inline SequenceChunks sequence_chunks(const StateRecurrenceParams& p, int64_t n) {
-  SequenceChunks s;
-  p.chunks.sequence_range(n, &s.bos, &s.eos);
-  s.first_chunk = detail::load_index(p.chunks.chunk_offsets, n);
-  s.nt = p.chunks.num_chunks();
-  s.num_chunks = (s.eos - s.bos + BT - 1) / BT;
-  if (threadIdx.x == 0 && detail::load_index(p.chunks.chunk_offsets, n + 1) - s.first_chunk != s.num_chunks) {
-    p.chunks.report(detail::kDeviceStatusBadChunkTable);
-  }
+  s.slot = slot < 0 ? -1 : slot;
+  s.load_initial = p.initial_state != nullptr && s.slot >= 0 && flagged;
   return s;
 }
 
@@ -109,15 +110,15 @@ __global__ void __launch_bounds__(kStateThreads) state_recurrence_kernel(StateRe
   E* h_out = static_cast<E*>(p.h);
   E* vnew_out = static_cast<E*>(p.v_new);
 
-  // Which pool slot this sequence reads and writes; out-of-range slots are treated as "no state".
-  bool load_initial = false;
-  const int64_t slot = state_slot(p, n, &load_initial);
+  // The sequence's chunks and which pool slot it reads and writes (out-of-range slots: "no state").
+  const SequenceChunks seq = sequence_chunks<BT>(p, n);
+  const int64_t slot = seq.slot;
+  const bool load_initial = seq.load_initial;
   for (int e = threadIdx.x; e < K * kStateTileV; e += kStateThreads) {
     const int d = e / kStateTileV, v = e % kStateTileV;
     s_s[d][v] = load_initial ? p.initial_state[state_offset(p, slot, h, d, v0 + v)] : 0.0f;
   }
 
-  const SequenceChunks seq = sequence_chunks<BT>(p, n);
   const int64_t bos = seq.bos, eos = seq.eos, first_chunk = seq.first_chunk, nt = seq.nt,
                 num_chunks = seq.num_chunks;
   const int vn_v = threadIdx.x % kStateTileV;

@@ -164,8 +164,9 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   uint16_t* h_out = static_cast<uint16_t*>(p.h);
   uint16_t* vnew_out = static_cast<uint16_t*>(p.v_new);
 
-  bool load_initial = false;
-  const int64_t slot = state_slot(p, n, &load_initial);
+  const SequenceChunks seq = sequence_chunks<BT>(p, n);  // the sequence's chunks and pool slot
+  const int64_t slot = seq.slot;
+  const bool load_initial = seq.load_initial;
 
   // S in registers: S[j][c] is row tile tile0 + j, column tile ct0 + c. Visits the elements this thread holds two at
   // a time (accumulator elements 2i and 2i+1) with their (state row, tile column) coordinates.
@@ -272,7 +273,6 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     }
   }
 
-  const SequenceChunks seq = sequence_chunks<BT>(p, n);
   const int64_t bos = seq.bos, eos = seq.eos, first_chunk = seq.first_chunk, nt = seq.nt,
                 num_chunks = seq.num_chunks;
 

@@ -37,7 +37,10 @@ struct ChunkTable {
   }
   // Token range [bos, eos) of sequence n, clamped into [0, T]; a malformed cu_seqlens is reported.
   __device__ void sequence_range(int64_t n, int64_t* bos, int64_t* eos) const {
-    int64_t b = load_index(cu_seqlens, n), e = load_index(cu_seqlens, n + 1);
+    clamp_range(n, load_index(cu_seqlens, n), load_index(cu_seqlens, n + 1), bos, eos);
+  }
+  // The same from cu_seqlens[n] = b and cu_seqlens[n + 1] = e already loaded.
+  __device__ void clamp_range(int64_t n, int64_t b, int64_t e, int64_t* bos, int64_t* eos) const {
     const bool bad = b < 0 || e < b || e > total_tokens || (n == 0 && b != 0) ||
                      (n + 1 == num_sequences && e != total_tokens);
     if (bad) report(kDeviceStatusBadCuSeqlens);
