@@ -99,9 +99,13 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     }
   }
   if constexpr (kTinvShared) __syncthreads();  // every thread has read Tinv before t_hi / t_lo may overwrite it
+  // Only the row tiles that hold the chunk are read by the products below (a short chunk, e.g. a speculative
+  // batch's 8 tokens, has one); past them the split, the right-hand side and the products stop (uniform exits).
+  const int used_rows = 16 * ((chunk.length + 15) / 16);
 #pragma unroll
   for (int x = 0; x < kTVecs; ++x) {
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+    if (x * kThreads / (BT / 4) >= used_rows) break;  // uniform: this and later passes hold no row it reads
     if (e >= BT * BT / 4) continue;
     const float t4[4] = {tv[x].x, tv[x].y, tv[x].z, tv[x].w};
 #pragma unroll
@@ -125,7 +129,7 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     constexpr int kUnitsMax = BT * kD / 8;
     constexpr int kPerThread = (kUnitsMax + kThreads - 1) / kThreads;
     constexpr int kGroup = kPerThread < kGroupMax ? kPerThread : kGroupMax;
-    const int units = BT * dim / 8;
+    const int units = used_rows * dim / 8;  // rows past the chunk inside its last row tile are written as zeros
     if (kRhsInW && pass == 0) {
       // Written by this block's own threads before a barrier: plain loads (never the non-coherent read-only path).
       for (int u = threadIdx.x; u < units; u += kThreads) {
@@ -136,7 +140,7 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
             j < chunk.length ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
       }
     }
-    for (int x0 = 0; x0 < kPerThread && !(kRhsInW && pass == 0); x0 += kGroup) {
+    for (int x0 = 0; x0 < kPerThread && x0 * kThreads < units && !(kRhsInW && pass == 0); x0 += kGroup) {
       float x_in[kGroup][8], g_in[kGroup][8];
 #pragma unroll
       for (int x = 0; x < kGroup; ++x) {
