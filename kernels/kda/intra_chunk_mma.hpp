@@ -184,9 +184,16 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   const float* inv_k_s = kFromInputs ? inputs_s + BT : nullptr;
   float* glast_s = kFromInputs ? inputs_s + 2 * BT : nullptr;
   const float* bias_s = kFromInputs ? inputs_s + 2 * BT + p.head_dim : nullptr;
+  // Short chunks (decodes, speculative batches): after the first slice, a warp whose units of group x all lie past
+  // the chunk neither loads nor stores them; their staging rows keep the first slice's zeros (nothing else writes
+  // them during the slice loop). Uniform over the warp.
+  auto warp_past_chunk = [&](int d0, int x, int units_per_row) {
+    return d0 > 0 && (warp * kWarpSize + x * kThreads) / units_per_row >= chunk.length;
+  };
   auto load_slice = [&](int d0, SliceRegs& r) {
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
+      if (warp_past_chunk(d0, x, 2)) continue;
       const int u = threadIdx.x + x * kThreads, i = u / 2, d = d0 + (u % 2) * 8;
       const bool valid = u < kQkUnits && i < chunk.length;
       if constexpr (kFromInputs) {
@@ -205,6 +212,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     if constexpr (!kFromInputs) {
 #pragma unroll
       for (int x = 0; x < kGPerThread; ++x) {
+        if (warp_past_chunk(d0, x, 4)) continue;
         const int u = threadIdx.x + x * kThreads, i = u / 4, d = d0 + (u % 4) * 4;
         r.g[x] = u < kGUnits && i < chunk.length
                      ? *reinterpret_cast<const float4*>(&p.G[((chunk.start + i) * p.num_heads + h) * p.head_dim + d])
@@ -216,7 +224,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
       const int u = threadIdx.x + x * kThreads, i = u / 2, d = (u % 2) * 8;
-      if (u >= kQkUnits) continue;
+      if (u >= kQkUnits || warp_past_chunk(d0, x, 2)) continue;
       float qv[8], kv[8];
       detail::unpack8<E>(r.q[x], qv);
       detail::unpack8<E>(r.k[x], kv);
@@ -250,7 +258,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 #pragma unroll
       for (int x = 0; x < kGPerThread; ++x) {
         const int u = threadIdx.x + x * kThreads, i = u / 4, d = (u % 4) * 4;
-        if (u < kGUnits) *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = r.g[x];
+        if (u < kGUnits && !warp_past_chunk(d0, x, 4)) *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = r.g[x];
       }
     }
   };
