@@ -22,6 +22,19 @@ struct DeviceProblemOptions {
   int chunk_size = 64;
 };
 
+// An fp32 state pool of `slots` (sequence, head) states, each [K,V] (K-first) turned into [V,K] (V-first), or back.
+inline std::vector<float> transposed_state_pool(const std::vector<float>& x, int64_t slots, int K, int V,
+                                                bool to_v_first) {
+  std::vector<float> y(x.size());
+  for (int64_t s = 0; s < slots; ++s)
+    for (int d = 0; d < K; ++d)
+      for (int e = 0; e < V; ++e) {
+        const size_t k_first = (size_t(s) * K + d) * V + e, v_first = (size_t(s) * V + e) * K + d;
+        if (to_v_first) y[v_first] = x[k_first]; else y[k_first] = x[v_first];
+      }
+  return y;
+}
+
 // Inputs and outputs of one chunk_kda_fwd call, on the device.
 struct DeviceProblem {
   ref::KdaProblem problem;
@@ -40,12 +53,7 @@ struct DeviceProblem {
     const size_t n = size_t(N) * problem.H * problem.K * problem.V;
     std::vector<float> raw = download_floats(state_out.get(), n);
     if (options.state_layout == StateLayout::kKFirst) return raw;
-    std::vector<float> out(n);
-    const int K = problem.K, V = problem.V;
-    for (int64_t s = 0; s < N * problem.H; ++s)
-      for (int d = 0; d < K; ++d)
-        for (int e = 0; e < V; ++e) out[(s * K + d) * V + e] = raw[(s * V + e) * K + d];
-    return out;
+    return transposed_state_pool(raw, N * problem.H, problem.K, problem.V, /*to_v_first=*/false);
   }
 };
 
@@ -85,13 +93,10 @@ inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem&
 
   const size_t state_elems = size_t(N) * p.H * p.K * p.V;
   if (!p.initial_state.empty()) {
-    std::vector<float> init = p.initial_state;
-    if (opt.state_layout == StateLayout::kVFirst) {  // K-first reference -> V-first device layout
-      for (int64_t s = 0; s < N * p.H; ++s)
-        for (int d = 0; d < p.K; ++d)
-          for (int e = 0; e < p.V; ++e) init[(s * p.V + e) * p.K + d] = p.initial_state[(s * p.K + d) * p.V + e];
-    }
-    dp->state_in = upload_floats(init);
+    // K-first reference -> the device layout.
+    dp->state_in = upload_floats(opt.state_layout == StateLayout::kVFirst
+                                     ? transposed_state_pool(p.initial_state, N * p.H, p.K, p.V, /*to_v_first=*/true)
+                                     : p.initial_state);
   }
   dp->state_out.allocate(std::max<size_t>(1, state_elems) * sizeof(float));
   dp->o.allocate(std::max<size_t>(1, size_t(p.T) * p.H * p.V) * dtype_size(dt));

@@ -354,15 +354,8 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     // initial and final state through shared memory instead of as 8-byte pairs straight to and from its registers.
     // h, v_new and the final state (transposed back) must be the K-first, aligned run's bytes at every width.
     const size_t pool_floats = size_t(p.num_sequences()) * H * K * V;
-    auto transposed = [&](const std::vector<float>& x, bool to_v_first) {  // per (sequence, head): [K,V] <-> [V,K]
-      std::vector<float> y(x.size());
-      for (size_t nh = 0; nh < size_t(p.num_sequences()) * H; ++nh)
-        for (size_t d = 0; d < K; ++d)
-          for (size_t e = 0; e < V; ++e) {
-            const size_t kfirst = (nh * K + d) * V + e, vfirst = (nh * V + e) * K + d;
-            if (to_v_first) y[vfirst] = x[kfirst]; else y[kfirst] = x[vfirst];
-          }
-      return y;
+    auto transposed = [&](const std::vector<float>& x, bool to_v_first) {
+      return transposed_state_pool(x, p.num_sequences() * int64_t(H), int(K), int(V), to_v_first);
     };
     for (StateLayout layout : {StateLayout::kVFirst, StateLayout::kKFirst}) {
       const bool v_first = layout == StateLayout::kVFirst;
