@@ -77,6 +77,46 @@ __device__ inline int triangular_count(int x) {
   return __popcll(kTriangular & ((2ull << x) - 1));
 }
 
+// The arithmetic both prepare paths share (this file's slice loop and chunk_prepare_short_mma.hpp), written once so
+// that the two give the same bits.
+//
+// exp2(from - to) per channel of a pair.
+__device__ inline float2 decay_exp2_pair(float2 from, float2 to) {
+  return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
+}
+// Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs (numeric::split_hi_lo's bits, by pack2):
+// one packed rounding for both his, one for both los, and one 32-bit store into each swizzled16 tile.
+template <typename E>
+__device__ inline void store_factor_pair(float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
+  const uint32_t hi = numeric::pack2<E>(x0, x1);
+  float h0, h1;
+  numeric::unpack2<E>(hi, &h0, &h1);
+  *reinterpret_cast<uint32_t*>(&hi_tile[detail::mma::swizzled16(row, d)]) = hi;
+  *reinterpret_cast<uint32_t*>(&lo_tile[detail::mma::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
+}
+// One exact pair (row i, column j <= i) over 16 channels: sum_d k_i[d] k_j[d] exp2(G_i[d] - G_j[d]) and the same with
+// q_i, from fp32 rows at the slice's first channel (16-byte aligned). Four channels per 16-byte shared load.
+struct ExactPairSums {
+  float kk, qk;
+};
+__device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float* k_i, const float* g_i,
+                                                  const float* k_j, const float* g_j) {
+  float kk = 0.0f, qk = 0.0f;
+#pragma unroll
+  for (int d = 0; d < 16; d += 4) {
+    const float4 kj4 = *reinterpret_cast<const float4*>(&k_j[d]);
+    const float4 gj4 = *reinterpret_cast<const float4*>(&g_j[d]);
+    const float4 gi4 = *reinterpret_cast<const float4*>(&g_i[d]);
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d]);
+    const float kj[4] = {kj4.x * detail::decay_exp2(gi4.x - gj4.x), kj4.y * detail::decay_exp2(gi4.y - gj4.y),
+                         kj4.z * detail::decay_exp2(gi4.z - gj4.z), kj4.w * detail::decay_exp2(gi4.w - gj4.w)};
+    kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
+    qk += qi4.x * kj[0] + qi4.y * kj[1] + qi4.z * kj[2] + qi4.w * kj[3];
+  }
+  return {kk, qk};
+}
+
 // Columns at or past the chunk's end are zero; the others are scaled.
 __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) {
   return make_float4(j < length ? scale * v.x : 0.0f, j + 1 < length ? scale * v.y : 0.0f,
@@ -154,16 +194,6 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   m::zero(acc_quarter);
   const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
-
-  // Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs (numeric::split_hi_lo's bits, by
-  // pack2): one packed rounding for both his, one for both los, and one 32-bit store into each tile.
-  auto split2 = [&](float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
-    const uint32_t hi = numeric::pack2<E>(x0, x1);
-    float h0, h1;
-    numeric::unpack2<E>(hi, &h0, &h1);
-    *reinterpret_cast<uint32_t*>(&hi_tile[m::swizzled16(row, d)]) = hi;
-    *reinterpret_cast<uint32_t*>(&lo_tile[m::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
-  };
 
   // Exact triangle pairs: thread slot x holds task tid + x * kThreads = (triangle, pair), pair = i (i + 1) / 2 + j,
   // decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair).
@@ -366,9 +396,6 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       // odd third slot, gets the one-factor R' rows); negative: none.
       const int quarter_row = grp - (kRowGroups - 16);
       auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
-      auto decay2 = [](float2 from, float2 to) {  // exp2(from - to) per channel
-        return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
-      };
 #pragma unroll 1  // unrolled, the kernel grew 5 % and measured slower (performance.md, v33)
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;
@@ -377,10 +404,10 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         if (grp < 16 && b > 0) {  // L of block b: row ref + grp against the reference row (block 0's L would
                                   // serve no product: every off-diagonal tile has a row block a >= 1)
           const int row = ref + grp;
-          const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
+          const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
           const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-          split2(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
-          split2(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
+          store_factor_pair<E>(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
+          store_factor_pair<E>(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
         }
         // The diagonal quarter against the middle row mid: R' (rows ref + i) and L' (rows mid + i, k and q).
         const int mid = ref + 8;
@@ -388,20 +415,20 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
           const float2 g_mid = ld2(g_s, mid);
           if (quarter_row < 8) {
             const int col = ref + quarter_row;
-            const float2 decay = decay2(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-            split2(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), quarter_row, d);
+            const float2 decay = decay_exp2_pair(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
+            store_factor_pair<E>(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), quarter_row, d);
           } else {
             const int i = quarter_row - 8, row = mid + i;
-            const float2 decay = row < chunk.length ? decay2(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
+            const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
             const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-            split2(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);
-            split2(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + i, d);
+            store_factor_pair<E>(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);
+            store_factor_pair<E>(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + i, d);
           }
         }
         // R of block b: the rows before it, against its reference row.
         for (int j = grp; j < ref; j += kRowGroups) {
-          const float2 decay = decay2(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
-          split2(k.x * decay.x, k.y * decay.y, r_hi(b), r_lo(b), j, d);
+          const float2 decay = decay_exp2_pair(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
+          store_factor_pair<E>(k.x * decay.x, k.y * decay.y, r_hi(b), r_lo(b), j, d);
         }
       }
     }
@@ -410,23 +437,11 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     for (int x = 0; x < kPairsPerThread; ++x) {
       const int ri = pair_rows[x] & 0xffff, rj = pair_rows[x] >> 16;
       if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
-      // Four channels per 16-byte shared load: the threads of a warp touch few distinct rows, so each load is about
-      // one shared-memory wavefront.
-      float kk = 0.0f, qk = 0.0f;
-#pragma unroll
-      for (int d = 0; d < kSlice; d += 4) {
-        const float4 kj4 = *reinterpret_cast<const float4*>(&k_s[rj * kLdS + d]);
-        const float4 gj4 = *reinterpret_cast<const float4*>(&g_s[rj * kLdS + d]);
-        const float4 gi4 = *reinterpret_cast<const float4*>(&g_s[ri * kLdS + d]);
-        const float4 ki4 = *reinterpret_cast<const float4*>(&k_s[ri * kLdS + d]);
-        const float4 qi4 = *reinterpret_cast<const float4*>(&q_s[ri * kLdS + d]);
-        const float kj[4] = {kj4.x * detail::decay_exp2(gi4.x - gj4.x), kj4.y * detail::decay_exp2(gi4.y - gj4.y),
-                             kj4.z * detail::decay_exp2(gi4.z - gj4.z), kj4.w * detail::decay_exp2(gi4.w - gj4.w)};
-        kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
-        qk += qi4.x * kj[0] + qi4.y * kj[1] + qi4.z * kj[2] + qi4.w * kj[3];
-      }
-      diag_kk[x] += kk;
-      diag_qk[x] += qk;
+      // The threads of a warp touch few distinct rows, so each 16-byte load is about one shared-memory wavefront.
+      const ExactPairSums sums =
+          exact_pair_sums16(&q_s[ri * kLdS], &k_s[ri * kLdS], &g_s[ri * kLdS], &k_s[rj * kLdS], &g_s[rj * kLdS]);
+      diag_kk[x] += sums.kk;
+      diag_qk[x] += sums.qk;
     }
     __syncthreads();  // factors are written
 #pragma unroll
