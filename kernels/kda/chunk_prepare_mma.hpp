@@ -12,6 +12,7 @@
 // that it fits the same registers.
 #pragma once
 
+#include "kda/chunk_prepare_short_mma.hpp"
 #include "kda/intra_chunk_mma.hpp"
 #include "kda/recompute_w_u_mma.hpp"
 
@@ -19,17 +20,26 @@ namespace kda::kernels {
 
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
-    chunk_prepare_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, bool v_vector) {
+    chunk_prepare_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip, const KDA_GRID_CONSTANT RecomputeWuParams wp,
+                             bool v_vector) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
   using IntraL = IntraMmaLayout<BT>;
   using WuL = WuMmaLayout<BT, K, V, /*kStageV=*/false>;
   constexpr size_t kBytes = size_t(IntraL::kWorkBytes) > WuL::kBytes ? size_t(IntraL::kWorkBytes) : WuL::kBytes;
+  // The short path (chunk_prepare_short_mma.hpp) for BT = 64, the chunk size it was measured on, within the same
+  // shared memory, so that the long path keeps its occupancy.
+  constexpr bool kShortPath = BT == 64;
+  static_assert(!kShortPath || ShortPrepareLayout<K, V>::kBytes <= kBytes, "the short path fits the long one's smem");
   __shared__ __align__(16) unsigned char smem[kBytes];
   __shared__ float beta_s[BT];
   __shared__ float glast_s[K];
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;
+  if (kShortPath && chunk.length <= kShortChunkRows) {  // uniform over the block
+    chunk_prepare_short_block<E, BT, K, V>(ip, wp, chunk, h, smem, beta_s, v_vector);
+    return;
+  }
   intra_chunk_mma_block<E, BT>(ip, chunk, h, smem, beta_s, /*invert=*/true);
   // Tinv as the intra kernel would have written it: columns past the chunk masked to zero.
   const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;

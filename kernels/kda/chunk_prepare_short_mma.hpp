@@ -1,0 +1,401 @@
+// The staged prepare (chunk_prepare_mma_kernel) for a chunk of at most 16 rows: decodes, speculative batches'
+// 8-token chunks, and the tails of sequences. Same outputs as the long-chunk path (intra_chunk_mma_block, then
+// tril_inverse, then recompute_w_u_mma_block), bit for bit, with far less fixed work per block.
+//
+// Why a path of its own: the long-chunk path walks K in 16-channel slices, each staged, summed and multiplied between
+// block barriers (three or four per slice), and then runs the inverse and the w/u part over a 64-row layout. For an
+// 8-token chunk almost all of that is fixed cost: ncu put a speculative batch's block at ~3,400 instructions per warp
+// and ~22 µs, most of it waiting at barriers and on one slice's loads after another. Here the chunk's 16 rows of q,
+// k, G and v are loaded at once (one round trip), and each phase runs over all K channels between two barriers.
+//
+// Why the bits agree: every value is formed by the same expressions in the same order.
+//   - Exact pairs (both 8-row triangles): exact_pair_sums16 per 16-channel slice, then the slices' sums added in
+//     slice order from zero, as the slice loop's running sum does. The (pair, slice) sums run on separate threads
+//     and meet in shared memory.
+//   - The diagonal tile's lower-left quarter (chunks of 9-16 rows): the same R' / L' factors (decay_exp2_pair,
+//     store_factor_pair), in the same swizzled tile layout, and one warp's products in the same slice order.
+//   - Akk, Aqk, Tinv: the same masking and scaling; tril_inverse<16>, whose diagonal-tile code is the code the
+//     64-row inverse runs for the chunk's only tile.
+//   - w, u, kg: the same right-hand sides, rounded to E, and the same hi + lo products of row tile 0.
+// Tests: the staged form against the fused form (which keeps the long path) in test_pipeline.cu, and
+// launch_chunk_prepare against the two stage launches in test_stages.cu, on chunks of every length 1-17.
+#pragma once
+
+#include "kda/intra_chunk_mma.hpp"
+#include "kda/recompute_w_u_mma.hpp"
+
+namespace kda::kernels {
+
+// On NVIDIA the short path is a function of its own (not inlined), so that ptxas allocates the long path's registers
+// as it did without it: inlined, the long path spilled more and the staged prepare ran ~5 % slower on full chunks
+// (H200, call BE). The kernel's parameters are __grid_constant__ there, so the call passes their address instead of
+// a copy on the stack.
+#if defined(__CUDACC__) && !defined(__HIP__)
+#define KDA_SHORT_PATH_CALL __noinline__
+#define KDA_GRID_CONSTANT __grid_constant__
+#else
+#define KDA_SHORT_PATH_CALL inline
+#define KDA_GRID_CONSTANT
+#endif
+
+// Chunks of at most this many rows take the short path (one 16-row tile: the diagonal tile only).
+constexpr int kShortChunkRows = 16;
+
+// Shared memory of the short path, in bytes. While the A matrices are formed: q, k, G as fp32 rows of K + 4 floats
+// (16-byte aligned rows; eight rows read as float4 hit disjoint banks), the quarter's factor tiles for one round of
+// kFactorSlices 16-channel slices (per slice R' hi, R' lo: 8 rows each, then L' hi, L' lo: 16 rows each, as
+// intra_chunk_mma_block lays out one block's), and the exact pairs' per-slice sums. Afterwards Akk, Aqk, Tinv and
+// Tinv's hi / lo tiles (over q's rows when they fit), and the right-hand sides of w and u (over the factors; k and G
+// are still read while they are formed).
+template <int K, int V>
+struct ShortPrepareLayout {
+  static constexpr int kRows = kShortChunkRows;
+  static constexpr int kLdS = K + 4;
+  static constexpr int kSlices = K / 16;
+  static constexpr int kFactorSlices = kSlices < 4 ? kSlices : 4;  // per round: 6 KB of tiles
+  static constexpr int kRounds = kSlices / kFactorSlices;
+  static constexpr int kSliceRows = 2 * 8 + 2 * 16;
+  static constexpr int kPairs = 2 * (8 * 9 / 2);  // both triangles of the diagonal tile
+  static constexpr int kLdO = kRows + 4;           // fp32 rows of Akk, Aqk, Tinv (16-byte aligned)
+  static constexpr int kLdT = kRows + 8;           // 16-bit rows of Tinv hi / lo
+  static constexpr int kLdW = K + 8, kLdU = V + 8;  // 16-bit right-hand-side rows
+  static constexpr int kStageBytes = kRows * kLdS * 4;
+  static constexpr int kQ = 0, kK = kStageBytes, kG = 2 * kStageBytes, kFactors = 3 * kStageBytes;
+  static constexpr int kPartial = kFactors + kFactorSlices * kSliceRows * 16 * 2;
+  static constexpr int kEndA = kPartial + kSlices * kPairs * 8;
+  static constexpr int kRhsW = kFactors, kRhsU = kRhsW + kRows * kLdW * 2;
+  static constexpr int kEndRhs = kRhsU + kRows * kLdU * 2;
+  static constexpr int kMatrixBytes = 3 * kRows * kLdO * 4 + 16 + 2 * kRows * kLdT * 2;
+  static constexpr int kAkk = kMatrixBytes <= kStageBytes ? kQ : (kEndA > kEndRhs ? kEndA : kEndRhs);
+  static constexpr int kAqk = kAkk + kRows * kLdO * 4, kTinv = kAqk + kRows * kLdO * 4;
+  static constexpr int kScratch = kTinv + kRows * kLdO * 4, kTHi = kScratch + 16, kTLo = kTHi + kRows * kLdT * 2;
+  static constexpr int kEnd = kAkk + kMatrixBytes;
+  static constexpr int kBytes = kEnd > kEndA ? (kEnd > kEndRhs ? kEnd : kEndRhs) : (kEndA > kEndRhs ? kEndA : kEndRhs);
+  static_assert(kSlices % kFactorSlices == 0, "whole rounds of factor slices");
+  static_assert(detail::tril_inverse_scratch_floats<kRows>() * 4 <= 16, "tril_inverse's scratch for one tile");
+  static_assert(kStageBytes % 16 == 0 && kPartial % 16 == 0 && kRhsU % 16 == 0 && kAqk % 16 == 0 &&
+                    kTHi % 16 == 0 && kTLo % 16 == 0,
+                "16-byte aligned buffers");
+};
+
+// The prepare of one located (chunk, head) with chunk.length <= kShortChunkRows, in a block of kIntraMmaWarps warps:
+// writes ip.Aqk (or its hi + lo pair), ip.Akk when set, ip.qg when set, and wp.w, wp.u, wp.kg, as
+// chunk_prepare_mma_kernel's long path does. smem: ShortPrepareLayout<K, V>::kBytes; beta_s: >= 16 floats.
+template <typename E, int BT, int K, int V>
+__device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkParams& ip, const RecomputeWuParams& wp,
+                                                 const detail::ChunkCoords& chunk, int h, unsigned char* smem,
+                                                 float* beta_s, bool v_vector) {
+  namespace m = detail::mma;
+  using L = ShortPrepareLayout<K, V>;
+  constexpr int kThreads = kIntraMmaWarps * kWarpSize;
+  constexpr int kRows = L::kRows, kLdS = L::kLdS, kSlices = L::kSlices, kLdO = L::kLdO, kLdT = L::kLdT;
+  static_assert(K % 16 == 0 && V % 16 == 0 && BT > kRows, "whole 16-channel slices; a chunk longer than a tile");
+  const int length = chunk.length, tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  float* q_s = reinterpret_cast<float*>(smem + L::kQ);
+  float* k_s = reinterpret_cast<float*>(smem + L::kK);
+  float* g_s = reinterpret_cast<float*>(smem + L::kG);
+  uint16_t* factors = reinterpret_cast<uint16_t*>(smem + L::kFactors);
+  float2* partial_s = reinterpret_cast<float2*>(smem + L::kPartial);  // [slice][pair]: (kk, qk)
+  float* akk_s = reinterpret_cast<float*>(smem + L::kAkk);
+  float* aqk_s = reinterpret_cast<float*>(smem + L::kAqk);
+  float* tinv_s = reinterpret_cast<float*>(smem + L::kTinv);
+  uint16_t* t_hi = reinterpret_cast<uint16_t*>(smem + L::kTHi);
+  uint16_t* t_lo = reinterpret_cast<uint16_t*>(smem + L::kTLo);
+  uint16_t* rhs_w = reinterpret_cast<uint16_t*>(smem + L::kRhsW);
+  uint16_t* rhs_u = reinterpret_cast<uint16_t*>(smem + L::kRhsU);
+
+  // 1. Every load of the chunk at once: q, k and v in 16-byte units of 8 channels, G as the two float4 of each q/k
+  //    unit (so that the thread staging q can form qg), beta. Rows past the chunk are zeros.
+  constexpr int kQkUnits = kRows * K / 8, kQkPer = (kQkUnits + kThreads - 1) / kThreads;
+  constexpr int kVUnits = kRows * V / 8, kVPer = (kVUnits + kThreads - 1) / kThreads;
+  uint4 q_raw[kQkPer], k_raw[kQkPer], v_raw[kVPer];
+  float4 g_in[2 * kQkPer];
+#pragma unroll
+  for (int x = 0; x < kQkPer; ++x) {
+    const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+    const bool valid = u < kQkUnits && i < length;
+    q_raw[x] = valid ? detail::load16(ip.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+    k_raw[x] = valid ? detail::load16(ip.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+    const float* g_row = &ip.G[((chunk.start + i) * ip.num_heads + h) * ip.head_dim + d];
+    g_in[2 * x] = valid ? *reinterpret_cast<const float4*>(g_row) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    g_in[2 * x + 1] = valid ? *reinterpret_cast<const float4*>(g_row + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int x = 0; x < kVPer; ++x) {
+    const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
+    v_raw[x] = make_uint4(0, 0, 0, 0);
+    if (u >= kVUnits || j >= length) continue;
+    if (v_vector) {
+      v_raw[x] = detail::load16(wp.v, chunk.start + j, h, d);
+    } else {  // per element: the same values
+      const uint16_t* src = static_cast<const uint16_t*>(wp.v.data) + detail::element_offset(wp.v, chunk.start + j, h, d);
+      uint16_t e[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) e[c] = src[c];
+      v_raw[x] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
+                            e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16));
+    }
+  }
+  for (int i = tid; i < kRows; i += kThreads) {
+    const float raw = i < length ? detail::load_scalar(ip.beta, ip.beta_type, chunk.start + i, h, 0) : 0.0f;
+    beta_s[i] = i < length ? detail::activate_beta(raw, ip.beta_activation) : 0.0f;
+  }
+
+  // 2. Staging as fp32, and qg = round(q exp2 G) (the slice loop's write_slice_qg) from the same registers.
+#pragma unroll
+  for (int x = 0; x < kQkPer; ++x) {
+    const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+    if (u >= kQkUnits) continue;
+    float qv[8], kv[8];
+    detail::unpack8<E>(q_raw[x], qv);
+    detail::unpack8<E>(k_raw[x], kv);
+    const float gv[8] = {g_in[2 * x].x,     g_in[2 * x].y,     g_in[2 * x].z,     g_in[2 * x].w,
+                         g_in[2 * x + 1].x, g_in[2 * x + 1].y, g_in[2 * x + 1].z, g_in[2 * x + 1].w};
+#pragma unroll
+    for (int c = 0; c < 8; c += 4) {
+      *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
+      *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
+      *reinterpret_cast<float4*>(&g_s[i * kLdS + d + c]) = make_float4(gv[c], gv[c + 1], gv[c + 2], gv[c + 3]);
+    }
+    if (ip.qg.data != nullptr && i < length) {
+      float qg[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) qg[c] = qv[c] * detail::decay_exp2(gv[c]);
+      detail::store16(ip.qg, chunk.start + i, h, d, detail::pack8<E>(qg));
+    }
+  }
+  __syncthreads();
+
+  // 3. The quarter's factors for slices [s0, s0 + kFactorSlices): the tasks (slice, quarter row, channel pair) of
+  //    intra_chunk_mma_block's factor loop for block 0 with mid = 8: R' rows 0-7, then L' rows (k rows 8-15 over
+  //    q rows 8-15). Only chunks longer than 8 rows have a quarter.
+  const bool has_quarter = length > 8;
+  auto form_factors = [&](int s0) {
+    constexpr int kTasks = L::kFactorSlices * 16 * 8;
+    for (int e = tid; e < kTasks; e += kThreads) {
+      const int s = e / 128, quarter_row = (e / 8) % 16, d = 2 * (e % 8), c = 16 * (s0 + s) + d;
+      uint16_t* tile = factors + s * L::kSliceRows * 16;
+      auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + c]); };
+      const float2 g_mid = ld2(g_s, 8);
+      if (quarter_row < 8) {
+        const int col = quarter_row;
+        const float2 decay = decay_exp2_pair(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
+        store_factor_pair<E>(k.x * decay.x, k.y * decay.y, tile, tile + 8 * 16, quarter_row, d);
+      } else {
+        const int i = quarter_row - 8, row = 8 + i;
+        const float2 decay = row < length ? decay_exp2_pair(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
+        const float2 q = ld2(q_s, row), k = ld2(k_s, row);
+        store_factor_pair<E>(k.x * decay.x, k.y * decay.y, tile + 16 * 16, tile + 32 * 16, i, d);
+        store_factor_pair<E>(q.x * decay.x, q.y * decay.y, tile + 16 * 16, tile + 32 * 16, 8 + i, d);
+      }
+    }
+  };
+  if (has_quarter) form_factors(0);
+
+  // 4. Exact pairs: (pair, slice) tasks, pairs numbered as in the slice loop (triangle t = pair / 36 holds rows
+  //    8 t .. 8 t + 7, pair i (i + 1) / 2 + j within it). Chunks of at most 8 rows have only the first triangle.
+  const int pairs = has_quarter ? L::kPairs : L::kPairs / 2;
+  auto pair_rows = [&](int pair, int* ri, int* rj) {
+    const int t = pair / 36, x = pair % 36, i = triangular_count(x);
+    *ri = 8 * t + i;
+    *rj = 8 * t + x - i * (i + 1) / 2;
+  };
+  for (int e = tid; e < pairs * kSlices; e += kThreads) {
+    const int pair = e % pairs, s = e / pairs;
+    int ri, rj;
+    pair_rows(pair, &ri, &rj);
+    if (ri >= length) continue;
+    const int c = 16 * s;
+    const ExactPairSums sums = exact_pair_sums16(&q_s[ri * kLdS + c], &k_s[ri * kLdS + c], &g_s[ri * kLdS + c],
+                                                 &k_s[rj * kLdS + c], &g_s[rj * kLdS + c]);
+    partial_s[s * L::kPairs + pair] = make_float2(sums.kk, sums.qk);
+  }
+  __syncthreads();
+
+  // 5. Each pair's total in slice order from zero (the slice loop's diag_kk += kk); the quarter's products, one warp,
+  //    round after round.
+  float pair_kk = 0.0f, pair_qk = 0.0f;
+  int pair_ri = -1, pair_rj = 0;  // this thread's pair (threads < pairs), -1: none
+  if (tid < pairs) {
+    pair_rows(tid, &pair_ri, &pair_rj);
+    if (pair_ri < length) {
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) {
+        const float2 part = partial_s[s * L::kPairs + tid];
+        pair_kk += part.x;
+        pair_qk += part.y;
+      }
+    } else {
+      pair_ri = -1;
+    }
+  }
+  const bool quarter_warp = has_quarter && warp == kIntraMmaWarps - 1;  // uniform over the warp
+  m::Acc acc_quarter;
+  m::zero(acc_quarter);
+  for (int round = 0; has_quarter && round < L::kRounds; ++round) {
+    if (round > 0) {
+      form_factors(round * L::kFactorSlices);
+      __syncthreads();
+    }
+    if (quarter_warp) {
+#pragma unroll
+      for (int s = 0; s < L::kFactorSlices; ++s) {
+        const uint16_t* tile = factors + s * L::kSliceRows * 16;
+        const m::FragA lh = m::load_a_swizzled16(tile + 16 * 16, lane);
+        const m::FragA ll = m::load_a_swizzled16(tile + 32 * 16, lane);
+        m::FragB rh = m::load_b_transposed_swizzled16(tile, lane);
+        m::FragB rl = m::load_b_transposed_swizzled16(tile + 8 * 16, lane);
+        m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
+        m::keep_b_columns_0_to_7(rl, lane);
+        m::mma<E>(acc_quarter, lh, rh);
+        m::mma<E>(acc_quarter, lh, rl);
+        m::mma<E>(acc_quarter, ll, rh);
+      }
+    }
+    __syncthreads();  // the tiles are read before the next round (or the right-hand sides) overwrite them
+  }
+  if (!has_quarter) __syncthreads();  // the pair sums are read before the right-hand sides overwrite them
+
+  // 6. Akk and Aqk in shared memory: zeros, then the pairs and the quarter (rows 0-7 of its product are Akk's rows
+  //    8-15, rows 8-15 Aqk's; columns 8-15 are masked out). Meanwhile the right-hand sides: w's round(beta k exp2 G)
+  //    and kg = round(k exp2(G_last - G)) from the staged k and G, u's round(beta v) from the registers.
+  for (int e = tid; e < 2 * kRows * kLdO / 4; e += kThreads)
+    reinterpret_cast<float4*>(akk_s)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  static_assert(L::kAqk == L::kAkk + kRows * kLdO * 4, "Akk and Aqk rows are zeroed as one range");
+  // Rows past the chunk are zeros (what beta = 0 makes of them), written without the arithmetic: for an 8-row chunk
+  // that is half of this phase's instructions (ncu, call BG).
+  auto load8_shared = [&](const float* at, float out[8]) {
+    const float4 lo = *reinterpret_cast<const float4*>(at), hi = *reinterpret_cast<const float4*>(at + 4);
+    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w, out[4] = hi.x, out[5] = hi.y, out[6] = hi.z,
+    out[7] = hi.w;
+  };
+  for (int u = tid; u < kRows * K / 8; u += kThreads) {
+    const int j = u / (K / 8), d = (u % (K / 8)) * 8;
+    if (j >= length) {
+      *reinterpret_cast<uint4*>(&rhs_w[j * L::kLdW + d]) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float k[8], g[8], g_last[8], rhs[8], kg[8];
+    load8_shared(&k_s[j * kLdS + d], k);
+    load8_shared(&g_s[j * kLdS + d], g);
+    load8_shared(&g_s[(length - 1) * kLdS + d], g_last);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      rhs[c] = beta_s[j] * k[c] * detail::decay_exp2(g[c]);
+      kg[c] = k[c] * detail::decay_exp2(g_last[c] - g[c]);
+    }
+    *reinterpret_cast<uint4*>(&rhs_w[j * L::kLdW + d]) = detail::pack8<E>(rhs);
+    detail::store16(wp.kg, chunk.start + j, h, d, detail::pack8<E>(kg));
+  }
+#pragma unroll
+  for (int x = 0; x < kVPer; ++x) {
+    const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
+    if (u >= kVUnits) continue;
+    if (j >= length) {
+      *reinterpret_cast<uint4*>(&rhs_u[j * L::kLdU + d]) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float v[8];
+    detail::unpack8<E>(v_raw[x], v);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) v[c] = beta_s[j] * v[c];
+    *reinterpret_cast<uint4*>(&rhs_u[j * L::kLdU + d]) = detail::pack8<E>(v);
+  }
+  __syncthreads();
+  if (pair_ri >= 0) {
+    if (pair_rj < pair_ri) akk_s[pair_ri * kLdO + pair_rj] = pair_kk;
+    aqk_s[pair_ri * kLdO + pair_rj] = pair_qk;
+  }
+  if (quarter_warp) {
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      if (c.col >= 8) continue;
+      float* dst = c.row < 8 ? akk_s : aqk_s;
+      dst[(8 + c.row % 8) * kLdO + c.col] = acc_quarter.x[e];
+    }
+  }
+  __syncthreads();
+
+  // 7. Whole rows of Aqk (and Akk) leave as 16-byte vectors over all BT columns (zeros past the tile); Akk, masked
+  //    and scaled by beta, stays for the inverse.
+  constexpr int kRowVecs = BT / 4;
+  for (int e = tid; e < length * kRowVecs; e += kThreads) {
+    const int i = e / kRowVecs, j = 4 * (e % kRowVecs);
+    const int64_t row = ((chunk.start + i) * ip.num_heads + h) * BT;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 akk =
+        j < kRows ? mask_columns(*reinterpret_cast<const float4*>(&akk_s[i * kLdO + j]), j, length, beta_s[i]) : zero;
+    if (j < kRows) *reinterpret_cast<float4*>(&akk_s[i * kLdO + j]) = akk;
+    if (ip.Akk != nullptr) *reinterpret_cast<float4*>(&ip.Akk[row + j]) = akk;
+    const float4 aqk =
+        j < kRows ? mask_columns(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j, length, ip.scale) : zero;
+    if (ip.aqk_hi != nullptr) {  // hi + lo pair in E, as intra_chunk_mma_block writes it
+      const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
+      uint16_t hi[4], lo[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
+        hi[c] = split.hi;
+        lo[c] = split.lo;
+      }
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(ip.aqk_hi) + row + j) =
+          make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(ip.aqk_lo) + row + j) =
+          make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
+    } else {
+      *reinterpret_cast<float4*>(&ip.Aqk[row + j]) = aqk;
+    }
+  }
+  __syncthreads();
+
+  // 8. Tinv = (I + Akk)^-1 of the one tile (rows past the chunk are zero in Akk: identity rows), then its hi + lo
+  //    split with columns past the chunk masked, as the w/u part reads it.
+  detail::tril_inverse<kRows, kThreads>(akk_s, tinv_s, reinterpret_cast<float*>(smem + L::kScratch), kLdO, length);
+  for (int e = tid; e < kRows * kRows / 4; e += kThreads) {
+    const int i = e / (kRows / 4), j = 4 * (e % (kRows / 4));
+    const float4 t = i < length ? mask_columns(*reinterpret_cast<const float4*>(&tinv_s[i * kLdO + j]), j, length, 1.0f)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float t4[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const numeric::HiLoBits split = numeric::split_hi_lo<E>(t4[c]);
+      t_hi[i * kLdT + j + c] = split.hi;
+      t_lo[i * kLdT + j + c] = split.lo;
+    }
+  }
+  __syncthreads();
+
+  // 9. w = Tinv round(beta k exp2 G), u = Tinv round(beta v): one 16x16 output tile per job (w's column tiles, then
+  //    u's), each rounded to E into the right-hand-side tile it read (only its own warp reads that tile).
+  constexpr int kWTiles = K / 16, kJobs = K / 16 + V / 16;
+  for (int job = warp; job < kJobs; job += kIntraMmaWarps) {
+    uint16_t* tile = job < kWTiles ? &rhs_w[job * 16] : &rhs_u[(job - kWTiles) * 16];
+    const int ld = job < kWTiles ? L::kLdW : L::kLdU;
+    const m::FragA hi = m::load_a(t_hi, kLdT, lane), lo = m::load_a(t_lo, kLdT, lane);
+    const m::FragB b = m::load_b(tile, ld, lane);
+    m::Acc acc;
+    m::zero(acc);
+    m::mma<E>(acc, hi, b);
+    m::mma<E>(acc, lo, b);
+#if defined(__CUDACC__) && !defined(__HIP__)
+    __syncwarp();  // every lane has its operand before any lane overwrites the tile (AMD waves run in lockstep)
+#endif
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord c = m::acc_coord(lane, e);
+      tile[c.row * ld + c.col] = numeric::from_float<E>(acc.x[e]).bits;
+    }
+  }
+  __syncthreads();
+  for (int u = tid; u < length * (K / 8); u += kThreads) {
+    const int i = u / (K / 8), d = (u % (K / 8)) * 8;
+    detail::store16(wp.w, chunk.start + i, h, d, *reinterpret_cast<const uint4*>(&rhs_w[i * L::kLdW + d]));
+  }
+  for (int u = tid; u < length * (V / 8); u += kThreads) {
+    const int i = u / (V / 8), d = (u % (V / 8)) * 8;
+    detail::store16(wp.u, chunk.start + i, h, d, *reinterpret_cast<const uint4*>(&rhs_u[i * L::kLdU + d]));
+  }
+}
+
+}  // namespace kda::kernels
