@@ -330,22 +330,7 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
     if (ip.Akk != nullptr) *reinterpret_cast<float4*>(&ip.Akk[row + j]) = akk;
     const float4 aqk =
         j < kRows ? mask_columns(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j, length, ip.scale) : zero;
-    if (ip.aqk_hi != nullptr) {  // hi + lo pair in E, as intra_chunk_mma_block writes it
-      const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
-      uint16_t hi[4], lo[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
-        hi[c] = split.hi;
-        lo[c] = split.lo;
-      }
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(ip.aqk_hi) + row + j) =
-          make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(ip.aqk_lo) + row + j) =
-          make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
-    } else {
-      *reinterpret_cast<float4*>(&ip.Aqk[row + j]) = aqk;
-    }
+    store_aqk4<E>(ip, row + j, aqk);
   }
   __syncthreads();
 

@@ -117,6 +117,28 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
   return {kk, qk};
 }
 
+// Four Aqk values at element `at` of [T,H,BT]: fp32, or the hi + lo pair in E (8 bytes each; the output stage's split,
+// done once here) when p.aqk_hi is set.
+template <typename E, typename Params>
+__device__ inline void store_aqk4(const Params& p, int64_t at, float4 aqk) {
+  if (p.aqk_hi != nullptr) {
+    const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
+    uint16_t hi[4], lo[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
+      hi[c] = split.hi;
+      lo[c] = split.lo;
+    }
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + at) =
+        make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + at) =
+        make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
+  } else {
+    *reinterpret_cast<float4*>(&p.Aqk[at]) = aqk;
+  }
+}
+
 // Columns at or past the chunk's end are zero; the others are scaled.
 __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) {
   return make_float4(j < length ? scale * v.x : 0.0f, j + 1 < length ? scale * v.y : 0.0f,
@@ -513,22 +535,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     *reinterpret_cast<float4*>(&akk_s[i * kLdO + j]) = akk;  // the Akk the solve_tril stage would read back
     if (p.Akk != nullptr) *reinterpret_cast<float4*>(&p.Akk[row + j]) = akk;  // null: only Tinv is wanted
     const float4 aqk = masked(*reinterpret_cast<const float4*>(&aqk_s[i * kLdO + j]), j, p.scale);
-    if (p.aqk_hi != nullptr) {  // hi + lo pair in E, 8 bytes each (the output stage's split, done once here)
-      const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
-      uint16_t hi[4], lo[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
-        hi[c] = split.hi;
-        lo[c] = split.lo;
-      }
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + row + j) =
-          make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + row + j) =
-          make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
-    } else {
-      *reinterpret_cast<float4*>(&p.Aqk[row + j]) = aqk;
-    }
+    store_aqk4<E>(p, row + j, aqk);
   }
   if (!invert) return;  // uniform over the block
   // solve_tril fused: Akk is still in shared memory; Aqk's space holds the inverse. Rows past the chunk are zero in
