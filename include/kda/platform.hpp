@@ -78,12 +78,28 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpSize = 64;  // CDNA wavefront; never assume 32 in shared code
 #endif
 
+// A kernel parameter whose address device code may take (passed to a function that is not inlined) without a copy
+// on the stack: __grid_constant__ on NVIDIA; nothing on AMD.
+#if defined(KDA_PLATFORM_CUDA)
+#define KDA_GRID_CONSTANT __grid_constant__
+#else
+#define KDA_GRID_CONSTANT
+#endif
+
 // Converts a runtime error into a Status (the runtime's message is a static string).
 inline Status runtime_status(hipError_t e) {
   return e == hipSuccess ? Status() : Status(StatusCode::kRuntimeError, hipGetErrorString(e));
 }
 
 #if defined(__CUDACC__) || defined(__HIP__) || defined(__HIPCC__)
+// Orders the memory accesses of a warp's lanes: NVIDIA may schedule them independently; AMD wavefronts run in
+// lockstep.
+__device__ inline void sync_warp() {
+#if defined(KDA_PLATFORM_CUDA)
+  __syncwarp();
+#endif
+}
+
 // Butterfly shuffle across the whole warp/wavefront.
 __device__ inline float shfl_xor(float x, int lane_mask) {
 #if defined(KDA_PLATFORM_CUDA)

@@ -28,14 +28,12 @@ namespace kda::kernels {
 
 // On NVIDIA the short path is a function of its own (not inlined), so that ptxas allocates the long path's registers
 // as it did without it: inlined, the long path spilled more and the staged prepare ran ~5 % slower on full chunks
-// (H200, call BE). The kernel's parameters are __grid_constant__ there, so the call passes their address instead of
-// a copy on the stack.
-#if defined(__CUDACC__) && !defined(__HIP__)
+// (H200, call BE). The kernel's parameters are KDA_GRID_CONSTANT, so the call passes their address instead of a copy
+// on the stack.
+#if defined(KDA_PLATFORM_CUDA)
 #define KDA_SHORT_PATH_CALL __noinline__
-#define KDA_GRID_CONSTANT __grid_constant__
 #else
 #define KDA_SHORT_PATH_CALL inline
-#define KDA_GRID_CONSTANT
 #endif
 
 // Chunks of at most this many rows take the short path (one 16-row tile: the diagonal tile only).
@@ -123,18 +121,8 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
 #pragma unroll
   for (int x = 0; x < kVPer; ++x) {
     const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
-    v_raw[x] = make_uint4(0, 0, 0, 0);
-    if (u >= kVUnits || j >= length) continue;
-    if (v_vector) {
-      v_raw[x] = detail::load16(wp.v, chunk.start + j, h, d);
-    } else {  // per element: the same values
-      const uint16_t* src = static_cast<const uint16_t*>(wp.v.data) + detail::element_offset(wp.v, chunk.start + j, h, d);
-      uint16_t e[8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) e[c] = src[c];
-      v_raw[x] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
-                            e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16));
-    }
+    v_raw[x] = u < kVUnits && j < length ? detail::load16_any(wp.v, v_vector, chunk.start + j, h, d)
+                                         : make_uint4(0, 0, 0, 0);
   }
   for (int i = tid; i < kRows; i += kThreads) {
     const float raw = i < length ? detail::load_scalar(ip.beta, ip.beta_type, chunk.start + i, h, 0) : 0.0f;
@@ -173,7 +161,7 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
   auto form_factors = [&](int s0) {
     constexpr int kTasks = L::kFactorSlices * 16 * 8;
     for (int e = tid; e < kTasks; e += kThreads) {
-      const int s = e / 128, quarter_row = (e / 8) % 16, d = 2 * (e % 8), c = 16 * (s0 + s) + d;
+      const int s = e / (16 * 8), quarter_row = (e / 8) % 16, d = 2 * (e % 8), c = 16 * (s0 + s) + d;
       uint16_t* tile = factors + s * L::kSliceRows * 16;
       auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + c]); };
       const float2 g_mid = ld2(g_s, 8);
@@ -264,11 +252,6 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
   static_assert(L::kAqk == L::kAkk + kRows * kLdO * 4, "Akk and Aqk rows are zeroed as one range");
   // Rows past the chunk are zeros (what beta = 0 makes of them), written without the arithmetic: for an 8-row chunk
   // that is half of this phase's instructions (ncu, call BG).
-  auto load8_shared = [&](const float* at, float out[8]) {
-    const float4 lo = *reinterpret_cast<const float4*>(at), hi = *reinterpret_cast<const float4*>(at + 4);
-    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w, out[4] = hi.x, out[5] = hi.y, out[6] = hi.z,
-    out[7] = hi.w;
-  };
   for (int u = tid; u < kRows * K / 8; u += kThreads) {
     const int j = u / (K / 8), d = (u % (K / 8)) * 8;
     if (j >= length) {
@@ -276,9 +259,9 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
       continue;
     }
     float k[8], g[8], g_last[8], rhs[8], kg[8];
-    load8_shared(&k_s[j * kLdS + d], k);
-    load8_shared(&g_s[j * kLdS + d], g);
-    load8_shared(&g_s[(length - 1) * kLdS + d], g_last);
+    detail::load8(&k_s[j * kLdS + d], k);
+    detail::load8(&g_s[j * kLdS + d], g);
+    detail::load8(&g_s[(length - 1) * kLdS + d], g_last);
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       rhs[c] = beta_s[j] * k[c] * detail::decay_exp2(g[c]);
@@ -363,9 +346,7 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
     m::zero(acc);
     m::mma<E>(acc, hi, b);
     m::mma<E>(acc, lo, b);
-#if defined(__CUDACC__) && !defined(__HIP__)
-    __syncwarp();  // every lane has its operand before any lane overwrites the tile (AMD waves run in lockstep)
-#endif
+    sync_warp();  // every lane has its operand before any lane overwrites the tile
 #pragma unroll
     for (int e = 0; e < m::kAccPerLane; ++e) {
       const m::Coord c = m::acc_coord(lane, e);

@@ -30,18 +30,6 @@ std::vector<int64_t> decode_prefill_cu(int64_t decodes, const std::vector<int64_
   return cu;
 }
 
-// Every chunk length the staged prepare's short path takes (1-16), 17 (the long path), and two sequences whose last
-// chunks are 9 and 16 rows.
-std::vector<int64_t> every_short_length_cu() {
-  std::vector<int64_t> lengths;
-  for (int64_t l = 1; l <= 17; ++l) lengths.push_back(l);
-  lengths.push_back(64 + 9);
-  lengths.push_back(64 + 16);
-  std::vector<int64_t> cu;
-  EXPECT_TRUE(make_prefill_cu_seqlens(lengths, &cu).is_ok());
-  return cu;
-}
-
 struct Batch {
   std::string name;
   std::vector<int64_t> cu;

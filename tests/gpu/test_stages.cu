@@ -27,19 +27,13 @@ struct StageCase {
 std::vector<StageCase> stage_cases() {
   std::vector<int64_t> mix;
   EXPECT_TRUE(make_decode_prefill_cu_seqlens(6, {150, 64, 300}, &mix).is_ok());
-  // Chunks of every length 1-17 and sequences ending in 9- and 16-row chunks: the prepare's short path (<= 16 rows)
-  // against the stage launches, which always take the long one.
-  std::vector<int64_t> short_lengths, every_short;
-  for (int64_t l = 1; l <= 17; ++l) short_lengths.push_back(l);
-  short_lengths.push_back(64 + 9);
-  short_lengths.push_back(64 + 16);
-  EXPECT_TRUE(make_prefill_cu_seqlens(short_lengths, &every_short).is_ok());
   return {
       {"varlen_zero_len", {0, 15, 15, 100, 300, 300, 700, 700}, 4, 128, 128, 64},
       {"decodes_then_prefills", mix, 2, 128, 64, 64},
       {"d256_bt32", {0, 1, 100, 161}, 2, 256, 256, 32},
       {"d64_bt32_short", {0, 40, 41, 97}, 2, 64, 64, 32},
-      {"every_short_length", every_short, 2, 128, 128, 64},
+      // The prepare's short path (<= 16 rows) against the stage launches, which always take the long one.
+      {"every_short_length", every_short_length_cu(), 2, 128, 128, 64},
   };
 }
 
