@@ -36,6 +36,7 @@
 
 #include "kda/detail/mma.hpp"
 #include "kda/state_recurrence.hpp"
+#include "kda/state_tile_mma.hpp"
 
 namespace kda::kernels {
 
@@ -409,8 +410,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   // kFoldOutput: output tiles formed as chunk_output_mma_kernel forms them: qg round(S) over K in order, times
   // scale, then Aqk v_new with Aqk as hi + lo over the tiles kt <= rt. Rows of o leave as 4-byte pairs where the
   // accumulator layout and o's alignment allow, else one element at a time.
-  const bool o_pairs = m::kAccPairsInRows && reinterpret_cast<uintptr_t>(p.o.data) % 4 == 0 &&
-                       p.o.token_stride % 2 == 0 && p.o.head_stride % 2 == 0;
+  const bool o_pairs = state_tile::output_pairs_ok(p.o);
   // o's first product qg round(S) of tile round r (t0 = r * Warps): with the copies a chunk ahead (kInterEarly) it is
   // formed in step 2, beside v_new's product on the same round(S) tiles, as a third independent chain while v_new's
   // two wait on theirs; fold_output then starts from it. With one buffer it is formed in fold_output (the copies of
@@ -419,41 +419,13 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
   constexpr bool kInterEarly = kFoldOutput && kFoldBuffers == 2 && OutWarps == 0;
   m::Acc o_inter[kInterEarly ? kTileRounds : 1];
   auto qg_round_s = [&](m::Acc& o, const uint16_t* qg_s, const uint16_t* s_s, int rt, int ct) {
-    m::zero(o);
-#pragma unroll
-    for (int kt = 0; kt < K / 16; ++kt) {
-      m::mma<E>(o, m::load_a(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane),
-                m::load_b(&s_s[kt * 16 * kLdV + ct * 16], kLdV, lane));
-    }
+    state_tile::qg_times_state<E, K>(o, qg_s, kLd, s_s, kLdV, rt, ct, lane);
   };
   // The rest of output tile (rt, ct) once o holds qg round(S): the scale, Aqk v_new (v_new at vn_s), then o's rows.
   auto finish_o_tile = [&](m::Acc& o, const FoldBuffer& f, const uint16_t* vn_s, int64_t start, int length, int rt,
                            int ct) {
-#pragma unroll
-    for (int e = 0; e < m::kAccPerLane; ++e) o.x[e] *= p.scale;
-    for (int kt = 0; kt <= rt; ++kt) {  // Aqk is lower triangular
-      const m::FragA hi = m::load_a(&f.hi[rt * 16 * kLdA + kt * 16], kLdA, lane);
-      const m::FragA lo = m::load_a(&f.lo[rt * 16 * kLdA + kt * 16], kLdA, lane);
-      const m::FragB vn = m::load_b(&vn_s[kt * 16 * kLdV + ct * 16], kLdV, lane);
-      m::mma<E>(o, hi, vn);
-      m::mma<E>(o, lo, vn);
-    }
-    uint16_t* o_out = static_cast<uint16_t*>(p.o.data);
-    const int64_t tile_at = detail::element_offset(p.o, start + rt * 16, h, v0 + ct * 16);  // o of the tile's corner
-#pragma unroll
-    for (int e = 0; e < m::kAccPerLane; e += 2) {
-      const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
-      const int i0 = rt * 16 + c0.row, i1 = rt * 16 + c1.row;
-      const uint32_t pair = numeric::pack2<E>(o.x[e], o.x[e + 1]);  // round(o.x[e]) in the low half
-      const uint16_t b0 = uint16_t(pair & 0xffffu), b1 = uint16_t(pair >> 16);
-      if (o_pairs) {
-        const int64_t off0 = tile_at + int64_t(c0.row) * p.o.token_stride + c0.col;
-        if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = pair;
-      } else {
-        if (i0 < length) o_out[detail::element_offset(p.o, start + i0, h, v0 + ct * 16 + c0.col)] = b0;
-        if (i1 < length) o_out[detail::element_offset(p.o, start + i1, h, v0 + ct * 16 + c1.col)] = b1;
-      }
-    }
+    state_tile::add_aqk_v_new<E>(o, p.scale, f.hi, f.lo, kLdA, vn_s, kLdV, rt, ct, lane);
+    state_tile::store_output<E>(p.o, o_pairs, o, start, length, h, v0, rt, ct, lane);
   };
   // Output tiles dealt in turn to `workers` warps (a std::integral_constant; this one is number `worker`): the
   // chain's warps, or the output warps, one tile each. From round(S) at s_s and v_new at vn_s.
@@ -566,25 +538,9 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
     for (int t0 = 0; t0 < kRowTiles * kColTiles; t0 += Warps) {
       const int t = t0 + warp, rt = t / kColTiles, ct = t % kColTiles;
       if (t >= kRowTiles * kColTiles || rt >= row_tiles) continue;  // uniform over the warp
-      m::Acc acc, odd;
-      m::zero(acc);
-      m::zero(odd);
-#pragma unroll
-      for (int kt = 0; kt < K / 32; ++kt) {
-        m::mma_k32<E, false>(kt % 2 == 0 ? acc : odd, &w_s[rt * 16 * kLd + kt * 32], kLd,
-                             &state_s[kt * 32 * kLdV + ct * 16], kLdV, lane);
-      }
+      const m::Acc acc = state_tile::w_times_state<E, K>(w_s, kLd, state_s, kLdV, rt, ct, lane);
       if constexpr (kInterEarly) qg_round_s(o_inter[t0 / Warps], fold_buffer(int(c % 2)).qg, state_s, rt, ct);
-#pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) acc.x[e] += odd.x[e];
-#pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord cc = m::acc_coord(lane, e);
-        const int i = rt * 16 + cc.row;
-        uint16_t& cell = uv_s[i * kLdV + ct * 16 + cc.col];
-        const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
-        cell = i < length ? rounded.bits : uint16_t(0);
-      }
+      state_tile::store_v_new<E>(uv_s, kLdV, acc, length, rt, ct, lane);
     }
     if constexpr (kFoldOutput && !kInterEarly && OutWarps == 0) detail::copy16_async_wait();  // chunk's qg, Aqk
     chain_sync();
