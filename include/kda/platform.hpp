@@ -64,6 +64,12 @@ inline hipError_t hipGraphDestroy(hipGraph_t g) { return cudaGraphDestroy(g); }
 using hipFuncAttribute = cudaFuncAttribute;
 constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize = cudaFuncAttributeMaxDynamicSharedMemorySize;
 inline hipError_t hipFuncSetAttribute(const void* f, hipFuncAttribute a, int v) { return cudaFuncSetAttribute(f, a, v); }
+using hipDeviceAttribute_t = cudaDeviceAttr;
+constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount = cudaDevAttrMultiProcessorCount;
+inline hipError_t hipDeviceGetAttribute(int* v, hipDeviceAttribute_t a, int d) { return cudaDeviceGetAttribute(v, a, d); }
+inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int threads, size_t shared) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, shared);
+}
 
 #else
 #define KDA_PLATFORM_HIP 1

@@ -46,6 +46,9 @@ struct StateRecurrenceParams {
   const void* aqk_lo = nullptr;          // [T,H,BT] I/O type: round(Aqk - round(Aqk))
   MutableTensorView o;                   // out [T,H,V]
   float scale = 1.0f;                    // the effective scale
+  // The longest sequence state_short_mma_kernel takes (state_recurrence_short_mma.hpp): the matrix-unit kernel's
+  // kLongOnly form, launched beside it, takes the longer ones.
+  int short_rows = 0;
 };
 
 // Offset of state element (d, v) of (slot, head) in the chosen layout.
@@ -66,26 +69,43 @@ struct SequenceChunks {
   int64_t slot;
   bool load_initial;
 };
+// sequence_chunks in two halves, for a kernel that loads a later sequence's indices early and looks at them only
+// once they have arrived (state_recurrence_short_mma.hpp): the loads, then the checks.
+struct SequenceIndices {
+  int64_t n, b, e, first, next, slot;
+  bool flagged;
+};
+__device__ inline SequenceIndices load_sequence_indices(const StateRecurrenceParams& p, int64_t n) {
+  SequenceIndices x;
+  x.n = n;
+  x.b = detail::load_index(p.chunks.cu_seqlens, n);
+  x.e = detail::load_index(p.chunks.cu_seqlens, n + 1);
+  x.first = detail::load_index(p.chunks.chunk_offsets, n);
+  x.next = detail::load_index(p.chunks.chunk_offsets, n + 1);
+  x.slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
+  x.flagged = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+  return x;
+}
 template <int BT>
-__device__ inline SequenceChunks sequence_chunks(const StateRecurrenceParams& p, int64_t n) {
-  const int64_t b = detail::load_index(p.chunks.cu_seqlens, n), e = detail::load_index(p.chunks.cu_seqlens, n + 1);
-  const int64_t first = detail::load_index(p.chunks.chunk_offsets, n);
-  const int64_t next = detail::load_index(p.chunks.chunk_offsets, n + 1);
-  int64_t slot = p.state_indices.data != nullptr ? detail::load_index(p.state_indices, n) : n;
-  const bool flagged = p.has_initial_state == nullptr || p.has_initial_state[n] != 0;
+__device__ inline SequenceChunks resolve_sequence_chunks(const StateRecurrenceParams& p, const SequenceIndices& x) {
+  int64_t slot = x.slot;
   SequenceChunks s;
   s.nt = p.chunks.num_chunks();
-  p.chunks.clamp_range(n, b, e, &s.bos, &s.eos);
-  s.first_chunk = first;
+  p.chunks.clamp_range(x.n, x.b, x.e, &s.bos, &s.eos);
+  s.first_chunk = x.first;
   s.num_chunks = (s.eos - s.bos + BT - 1) / BT;
-  if (threadIdx.x == 0 && next - first != s.num_chunks) p.chunks.report(detail::kDeviceStatusBadChunkTable);
+  if (threadIdx.x == 0 && x.next - x.first != s.num_chunks) p.chunks.report(detail::kDeviceStatusBadChunkTable);
   if (slot >= p.state_pool_size) {
     if (threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadStateIndex);
     slot = -1;
   }
   s.slot = slot < 0 ? -1 : slot;
-  s.load_initial = p.initial_state != nullptr && s.slot >= 0 && flagged;
+  s.load_initial = p.initial_state != nullptr && s.slot >= 0 && x.flagged;
   return s;
+}
+template <int BT>
+__device__ inline SequenceChunks sequence_chunks(const StateRecurrenceParams& p, int64_t n) {
+  return resolve_sequence_chunks<BT>(p, load_sequence_indices(p, n));
 }
 
 template <typename E, int BT>

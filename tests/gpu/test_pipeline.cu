@@ -491,9 +491,14 @@ TEST(ChunkKdaGraph, CaptureReplayWithNewInputsMatchesDirectCall) {
 // Engine-facing features: state pool, aliasing, strided views
 // ---------------------------------------------------------------------------------------------------------------
 
-TEST(ChunkKdaFeatures, StatePoolIndicesAndHasInitialStateInPlace) {
+// Every sequence longer than 16 tokens (the general state kernel), and every one at most 16 (a batch that short on
+// average runs the short-sequence state kernel).
+class ChunkKdaStatePool : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ChunkKdaStatePool, IndicesAndHasInitialStateInPlace) {
   ASSERT_TRUE(have_gpu());
-  const Batch b{"pool", {0, 100, 165, 300}, 2, 64, 64};
+  const Batch b = GetParam() ? Batch{"pool_short", {0, 5, 21, 22}, 2, 64, 64}
+                             : Batch{"pool", {0, 100, 165, 300}, 2, 64, 64};
   ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 31);
   const int64_t P = 5, N = 3;
   const size_t kv = size_t(p.H) * p.K * p.V;
@@ -531,6 +536,9 @@ TEST(ChunkKdaFeatures, StatePoolIndicesAndHasInitialStateInPlace) {
   for (int64_t untouched : {1, 2, 4}) EXPECT_EQ(slice(pool, untouched), slice(got, untouched)) << "slot " << untouched;
   EXPECT_LE(ref::rms_relative_error(want.o, dp->read_o()), kRmsBar);
 }
+
+INSTANTIATE_TEST_SUITE_P(Sequences, ChunkKdaStatePool, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "short" : "long"; });
 
 TEST(ChunkKdaFeatures, OutputMayAliasV) {
   ASSERT_TRUE(have_gpu());

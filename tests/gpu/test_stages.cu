@@ -414,12 +414,16 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       std::vector<float> lo_host(R.Aqk.size());
       for (size_t i = 0; i < lo_host.size(); ++i) lo_host[i] = R.Aqk[i] - ref::round_io(io, R.Aqk[i]);
       DeviceBuffer aqk_hi = upload_dtype(R.Aqk, io), aqk_lo = upload_dtype(lo_host, io);
+      // short_sequences 1: sequences of at most 16 tokens go to the short-sequence kernel, the rest to the general
+      // kernel's kLongOnly form (chunks of 64 only); 0: the general kernel takes all.
       struct FoldForm {
-        int v_tile, output_warps;
+        int v_tile, output_warps, short_sequences;
       };
-      for (FoldForm form : {FoldForm{32, 0}, FoldForm{32, kernels::kStateOutputWarps}, FoldForm{64, 0}}) {
+      for (FoldForm form : {FoldForm{32, 0, 0}, FoldForm{32, kernels::kStateOutputWarps, 0}, FoldForm{64, 0, 0},
+                            FoldForm{64, 0, 1}}) {
         const int v_tile = form.v_tile;
         if (V % v_tile != 0 || (form.output_warps > 0 && !kda::detail::kNamedBarriers)) continue;
+        if (form.short_sequences == 1 && BT != 64) continue;  // refused (StagesValidation)
         for (int offset : {0, 2}) {
           DeviceBuffer o_f(T * H * V * 2 + 16), ht_f(state_bytes);
           EXPECT_EQ(hipMemsetAsync(o_f.get(), 0xff, T * H * V * 2 + 16, nullptr), hipSuccess);
@@ -436,9 +440,11 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           f.v_tile = v_tile;
           f.warps = 8;
           f.output_warps = form.output_warps;
+          f.short_sequences = form.short_sequences;
           EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
           const std::string where = tag + "folded output, v_tile " + std::to_string(v_tile) + ", output warps " +
-                                    std::to_string(form.output_warps) + ", o offset " + std::to_string(offset) +
+                                    std::to_string(form.output_warps) + ", short sequences " +
+                                    std::to_string(form.short_sequences) + ", o offset " + std::to_string(offset) +
                                     ", " + mode_name(mode);
           EXPECT_EQ(download_raw(o_at, T * H * V * 2), want_o) << where << ": o differs from the output stage's";
           EXPECT_EQ(ht_f.download_bytes(), want_state) << where << ": final state differs";
@@ -648,6 +654,25 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a.v_tile = 32;
   a.output_warps = 8;
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 8 needs", "not folded");
+  // The short-sequence kernel: only -1, 0 or 1, and 1 only where it can run.
+  a = folded();
+  a.short_sequences = 2;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: must be -1, 0 or 1", "2");
+  a = bed.state_args();  // writes h and v_new
+  a.short_sequences = 1;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "not folded");
+  a = folded();
+  a.v_tile = 32;
+  a.short_sequences = 1;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 runs", "32 columns");
+  a = folded();
+  a.state.layout = StateLayout::kVFirst;
+  a.short_sequences = 1;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "V-first pool");
+  a = folded();
+  a.state.final_state = reinterpret_cast<float*>(bed.slice(15)) + 2;  // 8 bytes off 16-byte alignment
+  a.short_sequences = 1;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "unaligned pool");
   IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m),
                        contiguous_view(static_cast<const void*>(bed.slice(0) + 2), H, K),
                        contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),

@@ -126,5 +126,31 @@ inline Status allow_dynamic_shared(size_t bytes) {
   return Status();
 }
 
+// Blocks of kKernel (`threads` threads, `bytes` of dynamic shared memory) that the current device runs at once, for
+// kernels whose blocks loop over their work (a grid-stride loop). Queried on the first launch on each device and
+// read from one atomic after that, like allow_dynamic_shared (whose opt-in must come first).
+template <auto kKernel>
+inline Status resident_blocks(int threads, size_t bytes, int64_t* out) {
+  static std::atomic<int64_t> cached[64] = {};  // per device; devices past 63 query every time
+  int device = 0;
+  KDA_RETURN_IF_RUNTIME_ERROR(hipGetDevice(&device));
+  const bool cacheable = device >= 0 && device < 64;
+  if (cacheable) {
+    const int64_t known = cached[device].load(std::memory_order_acquire);
+    if (known > 0) {
+      *out = known;
+      return Status();
+    }
+  }
+  int per_sm = 0, sms = 0;
+  KDA_RETURN_IF_RUNTIME_ERROR(hipOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, reinterpret_cast<const void*>(kKernel), threads, bytes));
+  KDA_RETURN_IF_RUNTIME_ERROR(hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device));
+  const int64_t blocks = int64_t(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  if (cacheable) cached[device].store(blocks, std::memory_order_release);
+  *out = blocks;
+  return Status();
+}
+
 }  // namespace detail
 }  // namespace kda

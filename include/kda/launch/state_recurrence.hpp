@@ -4,9 +4,12 @@
 // v_new only where asked.
 #pragma once
 
+#include <algorithm>
+
 #include "kda/launch/stage_common.hpp"
 #include "kda/state_recurrence.hpp"
 #include "kda/state_recurrence_mma.hpp"
+#include "kda/state_recurrence_short_mma.hpp"
 
 namespace kda {
 
@@ -52,6 +55,10 @@ struct StateRecurrenceArgs {
   // (detail::state_output_warps), 0 or 8 forces it (tests, tuning; 8 needs the 32-column tiles and NVIDIA). Every
   // choice gives bit-identical results.
   int output_warps = -1;
+  // Sequences of at most 16 tokens (decodes, speculative batches) with the output folded in: -1 = the launcher's
+  // choice (detail::state_short_kernel_used), 0 = the general kernel takes them, 1 = a kernel of their own takes
+  // them (state_recurrence_short_mma.hpp; needs what detail::state_short_kernel_ok lists). Either gives the same bits.
+  int short_sequences = -1;
 };
 
 // Whether a has the output folded in.
@@ -114,6 +121,38 @@ inline int state_output_warps(const StateRecurrenceArgs& a) {
   return folded_narrow && kNamedBarriers ? kernels::kStateOutputWarps : 0;
 }
 
+// Whether the short-sequence kernel can take a's short sequences: the output folded in, with neither h nor v_new
+// written; K in {64, 128}, V a multiple of its 64 columns, chunks of 64 (its buffers hold one row tile of one
+// chunk); and a K-first state pool whose pointers are 16-byte aligned (it copies the state tile in 16-byte pieces).
+inline bool state_short_kernel_ok(const StateRecurrenceArgs& a) {
+  const StageGeometry& g = a.geometry;
+  auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  return state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
+         (g.head_dim_k == 64 || g.head_dim_k == 128) && g.head_dim_v % kernels::kShortStateTileV == 0 &&
+         g.chunk_size == 64 && a.state.layout == StateLayout::kKFirst && aligned(a.state.initial_state) &&
+         aligned(a.state.final_state);
+}
+
+// Average tokens per sequence up to which the launcher runs the short-sequence kernel: the host does not know the
+// lengths (they are on the device), only T and N, so a batch of mostly short sequences is told by its average.
+// Elsewhere the general kernel takes every sequence and no second launch is made. On AMD never by itself: its
+// ~90 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per block, and it was measured on NVIDIA only.
+constexpr int64_t kStateShortBatchAverage = 32;
+
+// Whether the launcher runs the short-sequence kernel for a's short sequences.
+inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
+  if (a.short_sequences == 0 || !state_short_kernel_ok(a)) return false;
+  if (a.short_sequences == 1) return true;
+  if ((a.v_tile != 0 && a.v_tile != kernels::kShortStateTileV) || a.output_warps > 0) return false;  // forced forms
+  const ChunkMetadataArgs& m = a.geometry.metadata;
+#if defined(KDA_PLATFORM_CUDA)
+  return m.num_sequences > 0 && m.total_tokens <= kStateShortBatchAverage * m.num_sequences;
+#else
+  (void)m;
+  return false;
+#endif
+}
+
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
   KDA_REQUIRE(a.warps == 0 || a.warps == 4 || a.warps == 8, "warps: must be 0, 4 or 8");
@@ -132,16 +171,32 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
               "output_warps: must be -1, 0 or 8");
   KDA_REQUIRE(a.output_warps <= 0 || (state_folds_output(a) && state_v_tile(a) == 32 && kNamedBarriers),
               "output_warps: 8 needs the output folded in, a V-tile of 32 columns and NVIDIA");
+  KDA_REQUIRE(a.short_sequences >= -1 && a.short_sequences <= 1, "short_sequences: must be -1, 0 or 1");
+  KDA_REQUIRE(a.short_sequences != 1 || state_short_kernel_ok(a),
+              "short_sequences: 1 needs the output folded in without h or v_new, head_dim_k 64 or 128, chunk_size 64 "
+              "and a K-first state pool with 16-byte aligned pointers");
+  KDA_REQUIRE(a.short_sequences != 1 || ((a.v_tile == 0 || a.v_tile == 64) && a.output_warps <= 0),
+              "short_sequences: 1 runs the long sequences on the 64-column tiles without output warps");
   return Status();
 }
 
-template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0>
+// kLongOnly: the partner of the short-sequence kernel, whose blocks each look at up to one item per thread (the
+// items b, b + G, ...), with as many blocks as the device holds at once where that covers every item.
+template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0, bool kLongOnly = false>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps>;
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps, kLongOnly>;
   constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold, OutWarps>();
+  constexpr int kThreads = (Warps + OutWarps) * kWarpSize;
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
-  const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
-  kKernel<<<static_cast<unsigned>(blocks), (Warps + OutWarps) * kWarpSize, kShared, stream>>>(p);
+  const int64_t items = sequences_heads * (p.head_dim_v / TileV);
+  int64_t blocks = items;
+  if constexpr (kLongOnly) {
+    int64_t resident = 0;
+    KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
+    const int64_t fewest = (items + kThreads - 1) / kThreads;  // one item per thread at most
+    blocks = std::max(fewest, std::min(items, resident));
+  }
+  kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
 }
@@ -171,6 +226,23 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_ti
                   : launch_state_mma<E, BT, K, 32, kNarrow>(p, sequences_heads, stream);
     default: return launch_state_mma<E, BT, K, 16, kNarrow>(p, sequences_heads, stream);
   }
+}
+
+// The short-sequence kernel over every item (sequence, head, 64-column V-tile) in a grid-stride loop: as many blocks as
+// the device holds at once, or fewer where there are fewer items.
+template <typename E, int BT, int K>
+inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
+  constexpr auto kKernel = kernels::state_short_mma_kernel<E, BT, K>;
+  constexpr size_t kShared = kernels::state_short_shared_bytes<K>();
+  constexpr int kThreads = kernels::kShortStateWarps * kWarpSize;
+  KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
+  int64_t resident = 0;
+  KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
+  const int64_t items = sequences_heads * (p.head_dim_v / kernels::kShortStateTileV);
+  const int64_t blocks = items < resident ? items : resident;
+  kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
+  KDA_RETURN_IF_LAUNCH_ERROR();
+  return Status();
 }
 
 // Enqueues the stage on already-resolved chunk tables; no validation (launch_state_recurrence and chunk_kda_fwd validate).
@@ -207,6 +279,22 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     constexpr int BT = decltype(bt)::value;
     const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
     const bool fold = state_folds_output(a);
+    // With the short-sequence kernel, the general one (64 columns, its kLongOnly form) leaves it the sequences of at
+    // most kShortStateRows tokens; where every sequence is that short (T itself is), it is not launched.
+    if constexpr (BT == 64) {
+      if (state_short_kernel_used(a)) {
+        p.short_rows = kernels::kShortStateRows;
+        const bool all_short = g.metadata.total_tokens <= kernels::kShortStateRows;
+        auto both = [&](auto k) -> Status {
+          constexpr int K = decltype(k)::value, kWide = kernels::kStateMmaWideWarps;
+          if (!all_short) {
+            KDA_RETURN_IF_ERROR((launch_state_mma<E, BT, K, 64, kWide, true, 0, true>(p, sequences_heads, stream)));
+          }
+          return launch_state_short<E, BT, K>(p, sequences_heads, stream);
+        };
+        return g.head_dim_k == 64 ? both(std::integral_constant<int, 64>{}) : both(std::integral_constant<int, 128>{});
+      }
+    }
     if (g.head_dim_k == 64) {
       return launch_state_mma<E, BT, 64>(p, v_tile, warps, fold, output_warps, sequences_heads, stream);
     }

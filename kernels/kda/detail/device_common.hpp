@@ -46,6 +46,16 @@ __device__ inline void copy16_async(void* shared_dst, const void* global_src) {
   *static_cast<uint4*>(shared_dst) = *static_cast<const uint4*>(global_src);
 #endif
 }
+// The same, or 16 zero bytes when !valid (src is then not read, but must still be a valid address).
+__device__ inline void copy16_async_zfill(void* shared_dst, const void* global_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  *static_cast<uint4*>(shared_dst) = valid ? *static_cast<const uint4*>(global_src) : make_uint4(0, 0, 0, 0);
+#endif
+}
 __device__ inline void copy16_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP__)
   asm volatile("cp.async.wait_all;\n" ::: "memory");

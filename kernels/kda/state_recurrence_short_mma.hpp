@@ -1,0 +1,279 @@
+// Stage 5 with the output folded in, for short sequences (at most kShortStateRows tokens: decodes, speculative
+// batches): the same contract and bits as state_recurrence_mma_kernel, whose kLongOnly form, launched beside this
+// kernel, takes the longer sequences (StateRecurrenceParams::short_rows).
+//
+// Why a kernel of its own. A short sequence is one chunk step, so its cost is moving its fp32 state: the 64-column
+// tile is read (32 KiB at K = 128) and written back, against a few small products. In the general kernel each block
+// loads its state into registers, then computes, then stores, and at 128 registers and ~99 KB of shared memory two
+// blocks fit an SM: the loads are in flight only while a block starts, and DRAM ran at 55 % of its peak on
+// spec256x8 (ncu, H200, docs/performance.md v40).
+// Here a block walks items (sequence, head, 64-column V-tile) in a grid-stride loop and copies the next item's
+// initial state and operands into shared memory (asynchronous copies) as soon as the current item's state has left
+// that buffer, so the copies fly while the item computes. Its buffers hold 16 rows, not a chunk's 64.
+//
+// Per item, with 8 warps: (A) the state tile goes from shared memory to the accumulators and round(S) back to shared
+// memory; the copies of the next item start; (B) warps 0-3 form v_new = u - w round(S) per 16x16 tile, warps 4-7
+// o = qg round(S); (C) S = exp2(G_last) S + kg^T v_new, o += Aqk v_new, then o and the final state leave from
+// registers. Every tile is formed by the same functions as in the general kernel (state_tile_mma.hpp).
+//
+// Supported where the launcher sends it (detail::state_short_kernel_ok): K in {64, 128}, V a multiple of 64, chunks
+// of 64, the output folded in without h or v_new, a K-first state pool whose pointers are 16-byte aligned.
+#pragma once
+
+#include "kda/detail/mma.hpp"
+#include "kda/state_recurrence.hpp"
+#include "kda/state_tile_mma.hpp"
+
+namespace kda::kernels {
+
+constexpr int kShortStateRows = 16;   // the longest sequence the kernel takes: one row tile
+constexpr int kShortStateTileV = 64;  // V columns per item
+constexpr int kShortStateWarps = 8;
+constexpr int kShortStateMinBlocks = 2;  // per SM: 128 registers, ~90 KB of shared memory each at K = 128
+
+// Shared memory of one block (bytes from the start). Rows of 16-bit tiles are padded by 8 elements so that
+// ldmatrix's eight 16-byte rows fall in distinct banks; the fp32 state rows by 8 floats, so that the accumulator
+// pairs a half-warp reads (four rows, 32 bytes each) fall in distinct banks. Two operand buffers: item i's and the
+// next one's.
+template <int K>
+struct ShortStateLayout {
+  static constexpr int kRows = kShortStateRows, kTileV = kShortStateTileV;
+  static constexpr int kLd = K + 8;          // w, kg, qg (16-bit)
+  static constexpr int kLdV = kTileV + 8;    // round(S), u / v_new (16-bit)
+  static constexpr int kLdA = kRows + 8;     // Aqk hi, lo: the first 16 columns (16-bit)
+  static constexpr int kLdF = kTileV + 8;    // the fp32 state tile
+  static constexpr size_t kStateF = 0;                                  // [K][kLdF] fp32, the next initial state
+  static constexpr size_t kRoundS = kStateF + sizeof(float) * K * kLdF;  // [K][kLdV] round(S)
+  static constexpr size_t kOperands = kRoundS + sizeof(uint16_t) * K * kLdV;
+  // Offsets inside one operand buffer.
+  static constexpr size_t kW = 0;
+  static constexpr size_t kKg = kW + sizeof(uint16_t) * kRows * kLd;
+  static constexpr size_t kQg = kKg + sizeof(uint16_t) * kRows * kLd;
+  static constexpr size_t kUv = kQg + sizeof(uint16_t) * kRows * kLd;   // u, then v_new
+  static constexpr size_t kHi = kUv + sizeof(uint16_t) * kRows * kLdV;
+  static constexpr size_t kLo = kHi + sizeof(uint16_t) * kRows * kLdA;
+  static constexpr size_t kGLast = kLo + sizeof(uint16_t) * kRows * kLdA;  // [K] fp32
+  static constexpr size_t kBuffer = kGLast + sizeof(float) * K;
+  static constexpr size_t kBytes = kOperands + 2 * kBuffer;
+  static_assert(kRoundS % 16 == 0 && kOperands % 16 == 0 && kKg % 16 == 0 && kQg % 16 == 0 && kUv % 16 == 0 &&
+                    kHi % 16 == 0 && kLo % 16 == 0 && kGLast % 16 == 0 && kBuffer % 16 == 0,
+                "16-byte aligned buffers");
+};
+
+template <int K>
+constexpr size_t state_short_shared_bytes() {
+  return ShortStateLayout<K>::kBytes;
+}
+
+template <typename E, int BT, int K>
+__global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBlocks)
+    state_short_mma_kernel(const KDA_GRID_CONSTANT StateRecurrenceParams p) {
+  namespace m = detail::mma;
+  using L = ShortStateLayout<K>;
+  constexpr int kThreads = kShortStateWarps * kWarpSize;
+  constexpr int kTileV = L::kTileV, kLd = L::kLd, kLdV = L::kLdV, kLdA = L::kLdA, kLdF = L::kLdF;
+  constexpr int kColTiles = kTileV / 16, kStateTiles = K / 16;
+  // This warp's rectangle of S, as in the general kernel: one row tile, kColsPerWarp column tiles.
+  constexpr int kPerWarp = kStateTiles * kColTiles / kShortStateWarps;
+  constexpr int kColsPerWarp = kPerWarp < kColTiles ? kPerWarp : kColTiles;
+  constexpr int kWarpsPerRow = kColTiles / kColsPerWarp;
+  static_assert(kPerWarp == kColsPerWarp, "one row tile of S per warp");
+  static_assert(BT >= kShortStateRows && m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kLdV) &&
+                    m::fragment_stride_ok(kLdA),
+                "16-byte aligned fragment rows");
+  static_assert(kColTiles * 2 == kShortStateWarps, "step B: one v_new tile or one o tile per warp");
+
+  extern __shared__ __align__(16) unsigned char short_smem[];
+  float* state_f = reinterpret_cast<float*>(short_smem + L::kStateF);
+  uint16_t* round_s = reinterpret_cast<uint16_t*>(short_smem + L::kRoundS);
+  struct Operands {
+    uint16_t *w, *kg, *qg, *uv, *hi, *lo;
+    float* glast;
+  };
+  auto operands = [&](int b) {
+    unsigned char* base = short_smem + L::kOperands + b * L::kBuffer;
+    return Operands{reinterpret_cast<uint16_t*>(base + L::kW),  reinterpret_cast<uint16_t*>(base + L::kKg),
+                    reinterpret_cast<uint16_t*>(base + L::kQg), reinterpret_cast<uint16_t*>(base + L::kUv),
+                    reinterpret_cast<uint16_t*>(base + L::kHi), reinterpret_cast<uint16_t*>(base + L::kLo),
+                    reinterpret_cast<float*>(base + L::kGLast)};
+  };
+
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int V = p.head_dim_v, H = p.num_heads;
+  const int num_v_tiles = V / kTileV;
+  const int64_t items = p.chunks.num_sequences * H * num_v_tiles;
+  const int tile0 = warp / kWarpsPerRow, ct0 = (warp % kWarpsPerRow) * kColsPerWarp;
+
+  // An item and what its step needs: rows = tokens in the chunk (0 for an empty sequence or a chunk id the table
+  // got wrong, reported: the state then passes through unchanged, as in the general kernel). index < 0: none.
+  // 32-bit where the launcher's limits allow (items, tokens and chunk ids stay below 2^31): registers bound this kernel.
+  struct Item {
+    int index, bos, gid;
+    int64_t slot;
+    int h, v0, rows;
+    bool load_initial;
+  };
+  auto sequence_of = [&](int64_t i) { return i / (int64_t(num_v_tiles) * H); };
+  // The item of candidate i (its sequence's indices in x) if that sequence is short, else of the first short one
+  // after it, stepping by the grid (loading those indices on the path: a batch that runs this kernel is mostly short
+  // sequences). index -1: none left.
+  auto resolve = [&](int64_t i, SequenceIndices x) {
+    for (; i < items; i += gridDim.x, x = i < items ? load_sequence_indices(p, sequence_of(i)) : x) {
+      const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
+      const int64_t length = seq.eos - seq.bos;
+      if (length > kShortStateRows) continue;
+      const bool table_ok = seq.num_chunks == 0 || (seq.first_chunk >= 0 && seq.first_chunk < seq.nt);
+      if (!table_ok && threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadChunkTable);
+      return Item{int(i), int(seq.bos), int(seq.first_chunk), seq.slot, int((i / num_v_tiles) % H),
+                  int(i % num_v_tiles) * kTileV, table_ok ? int(length) : 0, seq.load_initial};
+    }
+    return Item{-1, 0, 0, -1, 0, 0, 0, false};
+  };
+  auto resolve_loaded = [&](int64_t i) {
+    return resolve(i, i < items ? load_sequence_indices(p, sequence_of(i)) : SequenceIndices{});
+  };
+
+  // A candidate item and its sequence's indices, loaded at the end of the item before (when S has left and its
+  // registers are free) and looked at when the next one starts: their latency is off the path.
+  struct Candidate {
+    int64_t index;
+    SequenceIndices x;
+  };
+  auto fetch = [&](int64_t i) {
+    Candidate c{i, {}};
+    if (i < items) c.x = load_sequence_indices(p, sequence_of(i));
+    return c;
+  };
+
+  // Copies of an item's initial state (when it has one) and operands into operand buffer b; the caller commits them
+  // as one group. Operand rows past the chunk are zero-filled: kg's must add nothing to the update; the others feed
+  // only rows of v_new and o that are never kept.
+  auto issue_copies = [&](const Item& it, int b) {
+    if (it.load_initial) {
+      const float* src = p.initial_state + state_offset(p, it.slot, it.h, 0, it.v0);
+      constexpr int kRowVecs = kTileV / 4;
+#pragma unroll
+      for (int x = 0; x < K * kRowVecs / kThreads; ++x) {
+        const int e = threadIdx.x + x * kThreads, d = e / kRowVecs, part = e % kRowVecs;
+        detail::copy16_async(&state_f[d * kLdF + part * 4], src + int64_t(d) * V + part * 4);
+      }
+    }
+    if (it.rows > 0) {
+      const Operands o = operands(b);
+      const int64_t row_stride = int64_t(H);
+      auto copy_rows = [&](uint16_t* dst, int ld, const uint16_t* src, int64_t width, int cols) {
+        const int vecs = cols / 8;  // per row
+        for (int e = threadIdx.x; e < kShortStateRows * vecs; e += kThreads) {
+          const int i = e / vecs, part = e % vecs;
+          const bool valid = i < it.rows;
+          const uint16_t* from = src + ((it.bos + (valid ? i : 0)) * row_stride + it.h) * width + part * 8;  // int64
+          detail::copy16_async_zfill(&dst[i * ld + part * 8], from, valid);
+        }
+      };
+      copy_rows(o.w, kLd, static_cast<const uint16_t*>(p.w), K, K);
+      copy_rows(o.kg, kLd, static_cast<const uint16_t*>(p.kg), K, K);
+      copy_rows(o.qg, kLd, static_cast<const uint16_t*>(p.qg), K, K);
+      copy_rows(o.uv, kLdV, static_cast<const uint16_t*>(p.u) + it.v0, V, kTileV);
+      copy_rows(o.hi, kLdA, static_cast<const uint16_t*>(p.aqk_hi), BT, kShortStateRows);
+      copy_rows(o.lo, kLdA, static_cast<const uint16_t*>(p.aqk_lo), BT, kShortStateRows);
+      // G of the chunk's last row: per chunk where the fused prepare wrote it, else the row of G.
+      const float* g = p.G_last != nullptr ? p.G_last + (int64_t(it.gid) * H + it.h) * K
+                                           : p.G + ((int64_t(it.bos) + it.rows - 1) * H + it.h) * K;
+      for (int e = threadIdx.x; e < K / 4; e += kThreads) detail::copy16_async(&o.glast[e * 4], g + e * 4);
+    }
+  };
+
+  // S in registers: S[c] is row tile tile0, column tile ct0 + c; visited two accumulator elements at a time with
+  // their (state row, tile column) coordinates.
+  m::Acc S[kColsPerWarp];
+  auto for_each_state_pair = [&](auto&& f) {
+#pragma unroll
+    for (int c = 0; c < kColsPerWarp; ++c) {
+#pragma unroll
+      for (int e = 0; e < m::kAccPerLane; e += 2) {
+        const m::Coord c0 = m::acc_coord(lane, e), c1 = m::acc_coord(lane, e + 1);
+        f(S[c].x[e], S[c].x[e + 1], tile0 * 16 + c0.row, (ct0 + c) * 16 + c0.col, tile0 * 16 + c1.row,
+          (ct0 + c) * 16 + c1.col);
+      }
+    }
+  };
+  const bool o_pairs = state_tile::output_pairs_ok(p.o);
+  const bool final_pairs = m::kAccPairsInRows && reinterpret_cast<uintptr_t>(p.final_state) % 8 == 0;
+
+  // The pipeline over a block's items: during item t, item t + 1's copies (state and operands) fly to shared memory;
+  // at its end, the indices of item t + 2's candidate start on their way (registers).
+  Item cur = resolve_loaded(blockIdx.x);
+  if (cur.index < 0) return;
+  issue_copies(cur, 0);
+  detail::copy16_async_commit();
+  Candidate candidate = fetch(int64_t(cur.index) + gridDim.x);
+  for (int b = 0;; b ^= 1) {
+    const Item next = resolve(candidate.index, candidate.x);  // its indices have arrived by now
+    const bool has_next = next.index >= 0;
+    detail::copy16_async_wait();  // this item's copies, the only group in flight
+    __syncthreads();
+    const Operands op = operands(b);
+
+    // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products.
+    for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+      s0 = cur.load_initial ? state_f[d0 * kLdF + col0] : 0.0f;
+      s1 = cur.load_initial ? state_f[d1 * kLdF + col1] : 0.0f;
+      const uint32_t pair = numeric::pack2<E>(s0, s1);  // round(s0) in the low half
+      if constexpr (m::kAccPairsInRows) {
+        *reinterpret_cast<uint32_t*>(&round_s[d0 * kLdV + col0]) = pair;
+      } else {
+        round_s[d0 * kLdV + col0] = uint16_t(pair & 0xffffu);
+        round_s[d1 * kLdV + col1] = uint16_t(pair >> 16);
+      }
+    });
+    __syncthreads();  // round(S) is complete and the staged tile is free
+    if (has_next) issue_copies(next, b ^ 1);
+    detail::copy16_async_commit();
+
+    // (B) v_new = u - w round(S) (warps 0-3) beside o = qg round(S) (warps 4-7), one 16x16 tile each.
+    const int rows = cur.rows;
+    m::Acc o;
+    if (rows > 0) {
+      if (warp < kColTiles) {
+        const m::Acc acc = state_tile::w_times_state<E, K>(op.w, kLd, round_s, kLdV, 0, warp, lane);
+        state_tile::store_v_new<E>(op.uv, kLdV, acc, rows, 0, warp, lane);
+      } else {
+        state_tile::qg_times_state<E, K>(o, op.qg, kLd, round_s, kLdV, 0, warp - kColTiles, lane);
+      }
+    }
+    __syncthreads();  // v_new is complete
+
+    // (C) S = exp2(G_last) S + kg^T v_new; o = scale o + Aqk v_new; then o and the final state leave.
+    if (rows > 0) {
+      for_each_state_pair([&](float& s0, float& s1, int d0, int, int d1, int) {
+        s0 *= detail::decay_exp2(op.glast[d0]);
+        s1 *= detail::decay_exp2(op.glast[d1]);
+      });
+      const m::FragA a = m::load_a_transposed(&op.kg[tile0 * 16], kLd, lane);
+#pragma unroll
+      for (int c = 0; c < kColsPerWarp; ++c) m::mma<E>(S[c], a, m::load_b(&op.uv[(ct0 + c) * 16], kLdV, lane));
+      if (warp >= kColTiles) {
+        const int ct = warp - kColTiles;
+        state_tile::add_aqk_v_new<E>(o, p.scale, op.hi, op.lo, kLdA, op.uv, kLdV, 0, ct, lane);
+        state_tile::store_output<E>(p.o, o_pairs, o, cur.bos, rows, cur.h, cur.v0, 0, ct, lane);
+      }
+    }
+    if (p.final_state != nullptr && cur.slot >= 0) {
+      float* tile = p.final_state + state_offset(p, cur.slot, cur.h, 0, cur.v0);  // K-first: row stride V
+      for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+        if (final_pairs) {
+          *reinterpret_cast<float2*>(tile + int64_t(d0) * V + col0) = make_float2(s0, s1);
+        } else {
+          tile[int64_t(d0) * V + col0] = s0;
+          tile[int64_t(d1) * V + col1] = s1;
+        }
+      });
+    }
+    if (!has_next) break;
+    candidate = fetch(int64_t(next.index) + gridDim.x);
+    cur = next;
+  }
+  detail::copy16_async_wait();  // none left in flight
+}
+
+}  // namespace kda::kernels
