@@ -631,7 +631,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 // at most kShortStateRows tokens; this kernel takes the rest. The host cannot tell which sequences are long (their
 // lengths are on the device), so a grid of one block per item would mostly start blocks that find nothing to do:
 // 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b looks at items b, b + G, b + 2G, ... (G the
-// grid; at most one per thread, the launcher sizes G so), all at once, one load each, and runs the long ones.
+// grid; at most one per thread, the launcher sizes G so), all at once, one load each, and runs the long ones in turn.
 template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0,
           bool kLongOnly = false>
 __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))

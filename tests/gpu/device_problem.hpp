@@ -36,12 +36,13 @@ inline std::vector<float> transposed_state_pool(const std::vector<float>& x, int
 }
 
 // cu_seqlens of sequences of every length 1-17 (each its only chunk: the staged prepare's short path takes 1-16, the
-// long one 17), then two whose last chunks are 9 and 16 rows.
+// long one 17), then two whose last chunks are 9 and 16 rows, then a decode.
 inline std::vector<int64_t> every_short_length_cu() {
   std::vector<int64_t> lengths;
   for (int64_t l = 1; l <= 17; ++l) lengths.push_back(l);
   lengths.push_back(64 + 9);
   lengths.push_back(64 + 16);
+  lengths.push_back(1);  // a decode after them; and T / N <= 16, so chunk_kda_fwd runs the short-sequence state kernel
   std::vector<int64_t> cu;
   EXPECT_TRUE(make_prefill_cu_seqlens(lengths, &cu).is_ok());
   return cu;

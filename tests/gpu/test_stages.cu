@@ -691,6 +691,46 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 
+// Which state kernels the launcher runs with the output folded in: the short-sequence kernel beside the general one
+// where sequences average at most 16 tokens (NVIDIA), never where it cannot run or a form is forced against it.
+TEST(StagesShortSequences, LauncherChoosesTheShortKernelForShortBatches) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  auto folded = [&](int64_t tokens, int64_t sequences) {
+    StateRecurrenceArgs a = bed.state_args();
+    a.h = nullptr;
+    a.v_new = nullptr;
+    a.o = contiguous_view(static_cast<void*>(bed.slice(14)), bed.p.H, bed.p.V);
+    a.geometry.metadata.total_tokens = tokens;
+    a.geometry.metadata.num_sequences = sequences;
+    return a;
+  };
+  const bool on_nvidia = kda::detail::kNamedBarriers;
+  EXPECT_EQ(detail::state_short_kernel_used(folded(2048, 256)), on_nvidia) << "spec256x8: 8 tokens on average";
+  EXPECT_EQ(detail::state_short_kernel_used(folded(4096, 256)), on_nvidia) << "16 tokens on average";
+  EXPECT_FALSE(detail::state_short_kernel_used(folded(4097, 256))) << "just over 16 on average";
+  EXPECT_FALSE(detail::state_short_kernel_used(folded(8192, 1))) << "one long sequence";
+  StateRecurrenceArgs a = folded(2048, 256);
+  a.short_sequences = 0;
+  EXPECT_FALSE(detail::state_short_kernel_used(a)) << "forced off";
+  a = folded(2048, 256);
+  a.v_tile = 32;
+  EXPECT_FALSE(detail::state_short_kernel_used(a)) << "32 columns forced";
+  a = folded(2048, 256);
+  a.state.layout = StateLayout::kVFirst;
+  EXPECT_FALSE(detail::state_short_kernel_used(a)) << "V-first pool";
+  a = folded(2048, 256);
+  a.geometry.chunk_size = 32;
+  EXPECT_FALSE(detail::state_short_kernel_used(a)) << "chunks of 32";
+  a = bed.state_args();  // writes h and v_new
+  a.geometry.metadata.total_tokens = 2048;
+  a.geometry.metadata.num_sequences = 256;
+  EXPECT_FALSE(detail::state_short_kernel_used(a)) << "not folded";
+  a = folded(2048, 256);
+  a.short_sequences = 1;
+  EXPECT_TRUE(detail::state_short_kernel_used(a)) << "forced on";
+}
+
 // A forced V-tile width or warp count the kernels do not have is refused before anything is enqueued.
 TEST(StagesValidation, UnsupportedStateVTileIsRefused) {
   ASSERT_TRUE(have_gpu());

@@ -134,10 +134,13 @@ inline bool state_short_kernel_ok(const StateRecurrenceArgs& a) {
 }
 
 // Average tokens per sequence up to which the launcher runs the short-sequence kernel: the host does not know the
-// lengths (they are on the device), only T and N, so a batch of mostly short sequences is told by its average.
-// Elsewhere the general kernel takes every sequence and no second launch is made. On AMD never by itself: its
-// ~90 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per block, and it was measured on NVIDIA only.
-constexpr int64_t kStateShortBatchAverage = 32;
+// lengths (they are on the device), only T and N, so a batch of short sequences is told by its average. The two
+// kernels run one after the other, while the general kernel alone overlaps short sequences with long chains: where
+// a batch mixes many decodes with a long prefill, the split saves the decodes' time but puts the chain after it, so
+// the bar is low (a speculative batch of up to 16 tokens per sequence passes). Elsewhere the general kernel takes
+// every sequence and no second launch is made. On AMD never by itself: its ~90 KB of shared memory exceed gfx90a /
+// gfx942's 64 KiB of LDS per block, and it was measured on NVIDIA only.
+constexpr int64_t kStateShortBatchAverage = 16;
 
 // Whether the launcher runs the short-sequence kernel for a's short sequences.
 inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
@@ -181,7 +184,11 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
 }
 
 // kLongOnly: the partner of the short-sequence kernel, whose blocks each look at up to one item per thread (the
-// items b, b + G, ...), with as many blocks as the device holds at once where that covers every item.
+// items b, b + G, ...). G is kLongOnlyWaves times the blocks the device holds at once (fewer where there are fewer
+// items): a block runs its long items in turn, so G well above the resident blocks keeps two long items from
+// sharing a block while others sit idle, and lets the scheduler balance them; the blocks with none exit after one
+// load (spec256x8: 264 blocks 3 us, 16,384 blocks 53 us; ncu, H200).
+constexpr int64_t kLongOnlyWaves = 8;
 template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0, bool kLongOnly = false>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
   constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps, kLongOnly>;
@@ -194,7 +201,7 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
     int64_t resident = 0;
     KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
     const int64_t fewest = (items + kThreads - 1) / kThreads;  // one item per thread at most
-    blocks = std::max(fewest, std::min(items, resident));
+    blocks = std::max(fewest, std::min(items, kLongOnlyWaves * resident));
   }
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
