@@ -12,8 +12,11 @@
 // form, for the rest, is four: [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv, w/u/kg and qg in one
 // kernel where K, V are 64 or 128) -> state with the output folded in. Where the sizes cannot promise that the
 // staged prepare is one kernel (K or V 256, or no in-kernel l2norm, whose caller views may be unaligned) the state
-// writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Chunk tables: the caller's (args.metadata with tables and host
-// NT) or derived on the device once per call and shared by all launches. Both metadata paths run the same kernels,
+// writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Where sequences average at most
+// 16 tokens (speculative and decode batches) the folded state stage is itself two launches: a kernel of its own for
+// the sequences of at most 16 tokens and the general one for the rest (detail::state_short_kernel_used). Chunk
+// tables: the caller's (args.metadata with tables and host NT) or derived on the device once per call and shared by
+// all launches. Both metadata paths run the same kernels,
 // so outputs are bit-identical.
 //
 // `o` may alias `v` (vLLM passes o=v): v is read only by the prepare launch, which completes before the launch that
