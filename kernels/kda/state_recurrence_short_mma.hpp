@@ -113,12 +113,23 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
     int h, v0, rows;
     bool load_initial;
   };
-  auto sequence_of = [&](int64_t i) { return i / (int64_t(num_v_tiles) * H); };
-  // The item of candidate i (its sequence's indices in x) if that sequence is short, else of the first short one
-  // after it, stepping by the grid (loading those indices on the path: a batch that runs this kernel is mostly short
-  // sequences). index -1: none left.
-  auto resolve = [&](int64_t i, SequenceIndices x) {
-    for (; i < items; i += gridDim.x, x = i < items ? load_sequence_indices(p, sequence_of(i)) : x) {
+  // A candidate item and its sequence's indices, loaded at the end of the item before (when S has left and its
+  // registers are free) and looked at when the next one starts: their latency is off the path.
+  struct Candidate {
+    int64_t index;
+    SequenceIndices x;
+  };
+  auto fetch = [&](int64_t i) {
+    Candidate c{i, {}};
+    if (i < items) c.x = load_sequence_indices(p, i / (int64_t(num_v_tiles) * H));
+    return c;
+  };
+  // The item of candidate c if its sequence is short, else of the first short one after it, stepping by the grid
+  // (loading those indices on the path: a batch that runs this kernel is mostly short sequences). index -1: none left.
+  auto resolve = [&](const Candidate& c) {
+    int64_t i = c.index;
+    SequenceIndices x = c.x;
+    for (; i < items; i += gridDim.x, x = i < items ? fetch(i).x : x) {
       const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
       const int64_t length = seq.eos - seq.bos;
       if (length > kShortStateRows) continue;
@@ -128,21 +139,6 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
                   int(i % num_v_tiles) * kTileV, table_ok ? int(length) : 0, seq.load_initial};
     }
     return Item{-1, 0, 0, -1, 0, 0, 0, false};
-  };
-  auto resolve_loaded = [&](int64_t i) {
-    return resolve(i, i < items ? load_sequence_indices(p, sequence_of(i)) : SequenceIndices{});
-  };
-
-  // A candidate item and its sequence's indices, loaded at the end of the item before (when S has left and its
-  // registers are free) and looked at when the next one starts: their latency is off the path.
-  struct Candidate {
-    int64_t index;
-    SequenceIndices x;
-  };
-  auto fetch = [&](int64_t i) {
-    Candidate c{i, {}};
-    if (i < items) c.x = load_sequence_indices(p, sequence_of(i));
-    return c;
   };
 
   // Copies of an item's initial state (when it has one) and operands into operand buffer b; the caller commits them
@@ -202,13 +198,13 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
 
   // The pipeline over a block's items: during item t, item t + 1's copies (state and operands) fly to shared memory;
   // at its end, the indices of item t + 2's candidate start on their way (registers).
-  Item cur = resolve_loaded(blockIdx.x);
+  Item cur = resolve(fetch(blockIdx.x));
   if (cur.index < 0) return;
   issue_copies(cur, 0);
   detail::copy16_async_commit();
   Candidate candidate = fetch(int64_t(cur.index) + gridDim.x);
   for (int b = 0;; b ^= 1) {
-    const Item next = resolve(candidate.index, candidate.x);  // its indices have arrived by now
+    const Item next = resolve(candidate);  // its indices have arrived by now
     const bool has_next = next.index >= 0;
     detail::copy16_async_wait();  // this item's copies, the only group in flight
     __syncthreads();

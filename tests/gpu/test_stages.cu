@@ -655,24 +655,21 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a.output_warps = 8;
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 8 needs", "not folded");
   // The short-sequence kernel: only -1, 0 or 1, and 1 only where it can run.
-  a = folded();
-  a.short_sequences = 2;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: must be -1, 0 or 1", "2");
-  a = bed.state_args();  // writes h and v_new
-  a.short_sequences = 1;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "not folded");
+  auto refused_short = [&](StateRecurrenceArgs x, int short_sequences, const char* text, const char* what) {
+    x.short_sequences = short_sequences;
+    expect_refused(launch_state_recurrence(x, nullptr, 0, nullptr), text, what);
+  };
+  refused_short(folded(), 2, "short_sequences: must be -1, 0 or 1", "2");
+  refused_short(bed.state_args(), 1, "short_sequences: 1 needs", "not folded");  // writes h and v_new
   a = folded();
   a.v_tile = 32;
-  a.short_sequences = 1;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 runs", "32 columns");
+  refused_short(a, 1, "short_sequences: 1 runs", "32 columns");
   a = folded();
   a.state.layout = StateLayout::kVFirst;
-  a.short_sequences = 1;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "V-first pool");
+  refused_short(a, 1, "short_sequences: 1 needs", "V-first pool");
   a = folded();
   a.state.final_state = reinterpret_cast<float*>(bed.slice(15)) + 2;  // 8 bytes off 16-byte alignment
-  a.short_sequences = 1;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "short_sequences: 1 needs", "unaligned pool");
+  refused_short(a, 1, "short_sequences: 1 needs", "unaligned pool");
   IntraChunkArgs intra{geometry(bed.p, bed.BT, *bed.m),
                        contiguous_view(static_cast<const void*>(bed.slice(0) + 2), H, K),
                        contiguous_view(static_cast<const void*>(bed.slice(1)), H, K),

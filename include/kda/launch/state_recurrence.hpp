@@ -246,7 +246,7 @@ inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_
   int64_t resident = 0;
   KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
   const int64_t items = sequences_heads * (p.head_dim_v / kernels::kShortStateTileV);
-  const int64_t blocks = items < resident ? items : resident;
+  const int64_t blocks = std::min(items, resident);
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
