@@ -125,9 +125,9 @@ class BenchProblem {
     a.o = contiguous_view(o.get(), c.H, c.V);
 
     KDA_RETURN_IF_RUNTIME_ERROR(workspace.allocate(chunk_kda_workspace_size(a)));
-    if (forced_output() != detail::ChunkKdaOutput::kAuto) {
-      KDA_RETURN_IF_RUNTIME_ERROR(forced_workspace.allocate(
-          detail::chunk_kda_workspace_layout(a, detail::ChunkKdaPath::kAuto, forced_output()).total));
+    if (forced()) {
+      KDA_RETURN_IF_RUNTIME_ERROR(
+          forced_workspace.allocate(detail::chunk_kda_workspace_layout(a, forced_path(), forced_output()).total));
     }
     KDA_RETURN_IF_RUNTIME_ERROR(hipStreamSynchronize(stream));
     return Status();
@@ -137,19 +137,24 @@ class BenchProblem {
   static detail::ChunkKdaOutput forced_output() {
     return bench_options().output_separate ? detail::ChunkKdaOutput::kSeparate : detail::ChunkKdaOutput::kAuto;
   }
-  // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with a forced output form, that form,
-  // in a workspace of its own).
+  // The form they force (--kda_staged), else kAuto.
+  static detail::ChunkKdaPath forced_path() {
+    return bench_options().staged ? detail::ChunkKdaPath::kStaged : detail::ChunkKdaPath::kAuto;
+  }
+  static bool forced() {
+    return forced_output() != detail::ChunkKdaOutput::kAuto || forced_path() != detail::ChunkKdaPath::kAuto;
+  }
+  // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with a forced form, that form, in a
+  // workspace of its own).
   Status run(hipStream_t stream) const {
-    if (forced_output() != detail::ChunkKdaOutput::kAuto) {
+    if (forced()) {
       return detail::chunk_kda_fwd_on_path(args, forced_workspace.get(), forced_workspace.bytes(), stream,
-                                           detail::ChunkKdaPath::kAuto, forced_output());
+                                           forced_path(), forced_output());
     }
     return chunk_kda_fwd(args, workspace.get(), workspace.bytes(), stream);
   }
   // The workspace run() uses.
-  size_t run_workspace_bytes() const {
-    return forced_output() != detail::ChunkKdaOutput::kAuto ? forced_workspace.bytes() : workspace.bytes();
-  }
+  size_t run_workspace_bytes() const { return forced() ? forced_workspace.bytes() : workspace.bytes(); }
 
   const ProblemConfig& config() const { return config_; }
 

@@ -18,6 +18,9 @@ struct BenchOptions {
   // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
   // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;
+  // --kda_staged: the end-to-end benchmarks run chunk_kda_fwd's staged form (detail::ChunkKdaPath::kStaged: l2norm,
+  // gate and prepare as launches of their own) wherever the sizes would pick the fused one, to compare the two forms
+  bool staged = false;
 };
 
 inline BenchOptions& bench_options() {
