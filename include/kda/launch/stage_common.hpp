@@ -28,6 +28,15 @@ namespace detail {
 
 constexpr int kMaxHeads = 4096;
 
+// A batch of short sequences (speculative drafts, decodes): its sequences average at most this many tokens. The host
+// knows only T and N (the lengths are on the device), so such a batch is told by its average. For these batches the
+// state launcher runs its kernel for sequences of at most 16 tokens, and chunk_kda_fwd the fused prepare with its
+// path for chunks of at most 16 rows.
+constexpr int64_t kShortBatchAverageTokens = 16;
+inline bool short_sequence_batch(const ChunkMetadataArgs& m) {
+  return m.num_sequences > 0 && m.total_tokens <= kShortBatchAverageTokens * m.num_sequences;
+}
+
 inline Status validate_geometry(const StageGeometry& g, bool check_pointers = true) {
   if (g.chunk_size == 16) return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");
   KDA_RETURN_IF_ERROR(validate_metadata(g.metadata, g.chunk_size, check_pointers));

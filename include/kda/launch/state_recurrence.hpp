@@ -133,25 +133,20 @@ inline bool state_short_kernel_ok(const StateRecurrenceArgs& a) {
          aligned(a.state.final_state);
 }
 
-// Average tokens per sequence up to which the launcher runs the short-sequence kernel: the host does not know the
-// lengths (they are on the device), only T and N, so a batch of short sequences is told by its average. The two
-// kernels run one after the other, while the general kernel alone overlaps short sequences with long chains: where
-// a batch mixes many decodes with a long prefill, the split saves the decodes' time but puts the chain after it, so
-// the bar is low (a speculative batch of up to 16 tokens per sequence passes). Elsewhere the general kernel takes
-// every sequence and no second launch is made. On AMD never by itself: its ~90 KB of shared memory exceed gfx90a /
-// gfx942's 64 KiB of LDS per block, and it was measured on NVIDIA only.
-constexpr int64_t kStateShortBatchAverage = 16;
-
-// Whether the launcher runs the short-sequence kernel for a's short sequences.
+// Whether the launcher runs the short-sequence kernel for a's short sequences: where it can, for batches of short
+// sequences (short_sequence_batch: sequences averaging at most 16 tokens). The two kernels run one after the other,
+// while the general kernel alone overlaps short sequences with long chains: where a batch mixes many decodes with a
+// long prefill, the split saves the decodes' time but puts the chain after it, so the bar is low (a speculative
+// batch of up to 16 tokens per sequence passes). Elsewhere the general kernel takes every sequence and no second
+// launch is made. On AMD never by itself: its ~90 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per
+// block, and it was measured on NVIDIA only.
 inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
   if (a.short_sequences == 0 || !state_short_kernel_ok(a)) return false;
   if (a.short_sequences == 1) return true;
   if ((a.v_tile != 0 && a.v_tile != kernels::kShortStateTileV) || a.output_warps > 0) return false;  // forced forms
-  const ChunkMetadataArgs& m = a.geometry.metadata;
 #if defined(KDA_PLATFORM_CUDA)
-  return m.num_sequences > 0 && m.total_tokens <= kStateShortBatchAverage * m.num_sequences;
+  return short_sequence_batch(a.geometry.metadata);
 #else
-  (void)m;
   return false;
 #endif
 }
