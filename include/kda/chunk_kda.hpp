@@ -91,11 +91,14 @@ enum class ChunkKdaPath { kAuto, kStaged, kFused };
 // Both give the same bits; tests compare them and kda_bench times both (--kda_output_separate).
 enum class ChunkKdaOutput { kAuto, kSeparate };
 
-// The fused form needs sequences that average at least this many chunks. Its prepare kernel does the l2norm and gate
-// work that two bandwidth-bound launches do otherwise, and pays more per block: measured on the H200 (round 5), it
-// is level with the staged form on single sequences (single8k 1.115 against 1.118 ms, single1k 0.160 against 0.175)
-// and slower where most chunks are short (mixed64 +6 %, spec256x8 +18 %), while it always saves two launches (host
-// time) and the G, q_norm and k_norm buffers.
+// The fused form runs where sequences average at least this many chunks, and on batches of short sequences in chunks
+// of 64. Its prepare kernel does the l2norm and gate work that two bandwidth-bound launches do otherwise, and its
+// long path pays more per block than the staged one: measured on the H200 (round 5), it was level with the staged
+// form on single sequences (single8k 1.115 against 1.118 ms, single1k 0.160 against 0.175) and slower where most
+// chunks are short (mixed64 +6 %, spec256x8 +18 %); mixed64 still measured +6 % in round 13 (call BQ). Batches of
+// short sequences (detail::short_sequence_batch) run its kernel with a short path for chunks of at most 16 rows
+// (launch_chunk_prepare_inputs), which saves two launches, the G, q_norm and k_norm buffers and, on spec256x8, GPU
+// time too (0.550 -> 0.540 ms, host 20 -> 13 µs; call BS).
 constexpr int64_t kFusedMinChunksPerSequence = 4;
 
 // Whether the fused form can run: K and V in {64, 128}. It takes any q, k, g and v views.
@@ -104,12 +107,13 @@ inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
 }
 
 // Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): it can run,
-// and T >= kFusedMinChunksPerSequence * chunk_size * N. Sizes only, so the workspace layout can follow; builder and
-// derived tables pick the same form.
+// and T >= kFusedMinChunksPerSequence * chunk_size * N, or the chunk size is 64 and T <= 16 N. Sizes only, so the
+// workspace layout can follow; builder and derived tables pick the same form.
 inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
   const ChunkMetadataArgs& m = a.geometry.metadata;
   return chunk_kda_inputs_fusable(a) &&
-         m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences;
+         (m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences ||
+          (a.geometry.chunk_size == 64 && short_sequence_batch(m)));
 }
 
 // Whether the state kernel forms the output (o = scale qg round(S) + Aqk v_new, chunk after chunk), so that no

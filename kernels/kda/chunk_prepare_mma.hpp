@@ -55,27 +55,29 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
 // prepare_inputs single8k 0.824 -> 0.750 ms; docs/performance.md).
 constexpr int kPrepareInputsMinBlocks = 4;
 
-// chunk_kda_fwd's first launch: the kernel above, starting from the raw inputs instead of the l2norm and gate
-// stages' outputs (ip.q, ip.k, wp.k are the raw q, k; ip.G and wp.G are unused). The block normalises q and k itself
-// (qk_row_inv_norms), forms G slice by slice, and writes qg (for the output stage), kg, and w's right-hand side into
-// wp.w during the intra part, plus G_last (for the state stage); the w/u part then needs neither k nor G. Every
-// output equals the stage pipeline's (l2norm, gate, this kernel's staged form, and the output stage's qg) bit for
-// bit. Requirements (the launcher checks): K and V in {64, 128}; w, u, kg, qg vector_aligned; q, k, g, v any views.
-template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinBlocks)
-    chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
-                                    bool v_vector) {
+// The block of chunk_kda_fwd's first launch (the kernels below): chunk_prepare_mma_kernel's work, starting from the
+// raw inputs instead of the l2norm and gate stages' outputs (ip.q, ip.k, wp.k are the raw q, k; ip.G and wp.G are
+// unused). The block normalises q and k itself (qk_row_inv_norms), forms G slice by slice, and writes qg (for the
+// output stage), kg, and w's right-hand side into wp.w during the intra part, plus G_last (for the state stage); the
+// w/u part then needs neither k nor G. Every output equals the stage pipeline's (l2norm, gate, this kernel's staged
+// form, and the output stage's qg) bit for bit. Requirements (the launcher checks): K and V in {64, 128}; w, u, kg,
+// qg vector_aligned; q, k, g, v any views. kShortChunks (chunk size 64): chunks of at most kShortChunkRows rows take
+// the short path from the raw inputs (chunk_prepare_inputs_short_block), with the same bits.
+template <typename E, int BT, int K, int V, bool kShortChunks>
+__device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParams& ip, const RecomputeWuParams& wp,
+                                                           const PrepareInputsParams& in, bool v_vector,
+                                                           unsigned char* smem, float* beta_s, float* inputs_s) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
+  static_assert(!kShortChunks || BT == 64, "the short path is built for chunks of 64");
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   using IntraL = IntraMmaLayout<BT>;
-  using WuL = WuMmaLayout<BT, K, V, /*kStageV=*/false>;
-  constexpr size_t kBytes = size_t(IntraL::kWorkBytes) > WuL::kBytes ? size_t(IntraL::kWorkBytes) : WuL::kBytes;
-  __shared__ __align__(16) unsigned char smem[kBytes];
-  __shared__ float beta_s[BT];
-  __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];  // see intra_chunk_mma_block
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
   const int h = blockIdx.y;
+  if (kShortChunks && chunk.length <= kShortChunkRows) {  // uniform over the block
+    chunk_prepare_inputs_short_block<E, BT, K, V>(ip, wp, in, chunk, h, smem, beta_s, v_vector);
+    return;
+  }
   for (int d = threadIdx.x; d < K; d += kThreads)
     inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
   if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
@@ -89,6 +91,45 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinB
   recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/true>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4,
       v_vector);
+}
+
+// Shared memory of chunk_prepare_inputs_block: the intra and w/u parts' work area, the betas and inputs_s.
+template <int BT, int K, int V>
+struct PrepareInputsBlockShared {
+  static constexpr size_t kIntra = IntraMmaLayout<BT>::kWorkBytes;
+  static constexpr size_t kWu = WuMmaLayout<BT, K, V, /*kStageV=*/false>::kBytes;
+  static constexpr size_t kBytes = kIntra > kWu ? kIntra : kWu;
+};
+
+// chunk_kda_fwd's first launch for batches whose sequences average at least four chunks: the long path only.
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinBlocks)
+    chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
+                                    bool v_vector) {
+  __shared__ __align__(16) unsigned char smem[PrepareInputsBlockShared<BT, K, V>::kBytes];
+  __shared__ float beta_s[BT];
+  __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];  // see intra_chunk_mma_block
+  chunk_prepare_inputs_block<E, BT, K, V, /*kShortChunks=*/false>(ip, wp, in, v_vector, smem, beta_s, inputs_s);
+}
+
+// chunk_kda_fwd's first launch for batches of short sequences (chunk size 64): with the short path for chunks of at
+// most kShortChunkRows rows. A kernel of its own rather than a branch in the one above: the short path's call costs
+// the long path by its mere presence (ptxas allocates it differently: ~1.7 % on the staged kernel, v39), and the
+// long batches run the long path almost only. Five blocks per SM (the staged kernel's 96 registers), where the
+// short path runs without spills and the long path, rare in these batches, spills more; at four (128 registers)
+// the short path's latency was left exposed (call BQ). Its parameters are KDA_GRID_CONSTANT so that the short
+// path's call (not inlined on NVIDIA) passes their address instead of a copy.
+template <typename E, int BT, int K, int V>
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+    chunk_prepare_inputs_short_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip,
+                                          const KDA_GRID_CONSTANT RecomputeWuParams wp,
+                                          const KDA_GRID_CONSTANT PrepareInputsParams in, bool v_vector) {
+  static_assert(ShortPrepareLayout<K, V>::kBytes <= PrepareInputsBlockShared<BT, K, V>::kBytes,
+                "the short path fits the long one's smem");
+  __shared__ __align__(16) unsigned char smem[PrepareInputsBlockShared<BT, K, V>::kBytes];
+  __shared__ float beta_s[BT];
+  __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];
+  chunk_prepare_inputs_block<E, BT, K, V, /*kShortChunks=*/true>(ip, wp, in, v_vector, smem, beta_s, inputs_s);
 }
 
 }  // namespace kda::kernels

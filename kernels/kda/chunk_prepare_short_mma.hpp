@@ -1,6 +1,8 @@
-// The staged prepare (chunk_prepare_mma_kernel) for a chunk of at most 16 rows: decodes, speculative batches'
-// 8-token chunks, and the tails of sequences. Same outputs as the long-chunk path (intra_chunk_mma_block, then
-// tril_inverse, then recompute_w_u_mma_block), bit for bit, with far less fixed work per block.
+// The prepare of a chunk of at most 16 rows (decodes, speculative batches' 8-token chunks, the tails of sequences), in
+// both prepare kernels: the staged one (chunk_prepare_mma_kernel) and, from the raw inputs, the fused one for
+// batches of short sequences (chunk_prepare_inputs_short_mma_kernel). Same outputs as the long-chunk path
+// (intra_chunk_mma_block, then tril_inverse, then recompute_w_u_mma_block), bit for bit, with far less fixed work
+// per block.
 //
 // Why a path of its own: the long-chunk path walks K in 16-channel slices, each staged, summed and multiplied between
 // block barriers (three or four per slice), and then runs the inverse and the w/u part over a 64-row layout. For an
@@ -17,8 +19,11 @@
 //   - Akk, Aqk, Tinv: the same masking and scaling; tril_inverse<16>, whose diagonal-tile code is the code the
 //     64-row inverse runs for the chunk's only tile.
 //   - w, u, kg: the same right-hand sides, rounded to E, and the same hi + lo products of row tile 0.
-// Tests: the staged form against the fused form (which keeps the long path) in test_pipeline.cu, and
-// launch_chunk_prepare against the two stage launches in test_stages.cu, on chunks of every length 1-17.
+//   - From the raw inputs: the row norms, the gate and its chunk-local sum, qg, as the l2norm, gate and output
+//     stages form them (prepare_short_chunk's note).
+// Tests, on chunks of every length 1-17: launch_chunk_prepare against the two stage launches (test_stages.cu); the
+// staged form against the fused form, and the fused kernel's short path against its long one (test_pipeline.cu,
+// FusedPrepareMatchesStagedForm and FusedPrepareShortPathMatchesLongPath).
 #pragma once
 
 #include "kda/intra_chunk_mma.hpp"
@@ -79,10 +84,16 @@ struct ShortPrepareLayout {
 // The prepare of one located (chunk, head) with chunk.length <= kShortChunkRows, in a block of kIntraMmaWarps warps:
 // writes ip.Aqk (or its hi + lo pair), ip.Akk when set, ip.qg when set, and wp.w, wp.u, wp.kg, as
 // chunk_prepare_mma_kernel's long path does. smem: ShortPrepareLayout<K, V>::kBytes; beta_s: >= 16 floats.
-template <typename E, int BT, int K, int V>
-__device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkParams& ip, const RecomputeWuParams& wp,
-                                                 const detail::ChunkCoords& chunk, int h, unsigned char* smem,
-                                                 float* beta_s, bool v_vector) {
+//
+// kFromInputs (chunk_prepare_inputs_mma_kernel's short path; `in` is then its PrepareInputsParams): ip.q, ip.k are
+// the raw inputs and ip.G is unused, as in intra_chunk_mma_block<..., kFromInputs>. The rows are normalised here
+// (when in->qk_l2norm) with qk_l2norm_vec_kernel's arithmetic: the K / 8 threads that load a row hold it whole, so
+// their butterfly is that kernel's. Thread d < K walks channel d's raw gates down the chunk and forms G in the gate
+// stage's kGateSumSegment order, writing G of the last row to in->G_last; qg goes to in->qg once G is staged.
+template <typename E, int BT, int K, int V, bool kFromInputs>
+__device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, const RecomputeWuParams& wp,
+                                                    const PrepareInputsParams* in, const detail::ChunkCoords& chunk,
+                                                    int h, unsigned char* smem, float* beta_s, bool v_vector) {
   namespace m = detail::mma;
   using L = ShortPrepareLayout<K, V>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
@@ -103,20 +114,50 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
   uint16_t* rhs_u = reinterpret_cast<uint16_t*>(smem + L::kRhsU);
 
   // 1. Every load of the chunk at once: q, k and v in 16-byte units of 8 channels, G as the two float4 of each q/k
-  //    unit (so that the thread staging q can form qg), beta. Rows past the chunk are zeros.
+  //    unit (so that the thread staging q can form qg), beta. Rows past the chunk are zeros. kFromInputs: the raw
+  //    gates of channel tid (threads < K) instead of G.
   constexpr int kQkUnits = kRows * K / 8, kQkPer = (kQkUnits + kThreads - 1) / kThreads;
   constexpr int kVUnits = kRows * V / 8, kVPer = (kVUnits + kThreads - 1) / kThreads;
+  static_assert(!kFromInputs || K <= kThreads, "a thread per channel walks the gates");
   uint4 q_raw[kQkPer], k_raw[kQkPer], v_raw[kVPer];
-  float4 g_in[2 * kQkPer];
+  float4 g_in[kFromInputs ? 1 : 2 * kQkPer];
+  float g_raw[kFromInputs ? kRows : 1];
 #pragma unroll
   for (int x = 0; x < kQkPer; ++x) {
     const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
     const bool valid = u < kQkUnits && i < length;
-    q_raw[x] = valid ? detail::load16(ip.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-    k_raw[x] = valid ? detail::load16(ip.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-    const float* g_row = &ip.G[((chunk.start + i) * ip.num_heads + h) * ip.head_dim + d];
-    g_in[2 * x] = valid ? *reinterpret_cast<const float4*>(g_row) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    g_in[2 * x + 1] = valid ? *reinterpret_cast<const float4*>(g_row + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kFromInputs) {
+      q_raw[x] = valid ? detail::load16_any(ip.q, in->qk_vector, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      k_raw[x] = valid ? detail::load16_any(ip.k, in->qk_vector, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+    } else {
+      q_raw[x] = valid ? detail::load16(ip.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      k_raw[x] = valid ? detail::load16(ip.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      const float* g_row = &ip.G[((chunk.start + i) * ip.num_heads + h) * ip.head_dim + d];
+      g_in[2 * x] = valid ? *reinterpret_cast<const float4*>(g_row) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      g_in[2 * x + 1] = valid ? *reinterpret_cast<const float4*>(g_row + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  if constexpr (kFromInputs) {
+    // load_scalar's loads and conversions, with the type's branch and the parameters taken once: read through `in`
+    // (a reference to the kernel's parameters) each row's load waited on reloading them (ncu, call BR).
+    if (tid < K) {
+      const TensorView g = in->g;
+      const ScalarType g_type = in->g_type;
+      const int64_t step = g.token_stride, off = detail::element_offset(g, chunk.start, h, tid);
+      if (g_type == ScalarType::kFloat32) {
+        const float* p = static_cast<const float*>(g.data) + off;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) g_raw[i] = i < length ? p[i * step] : 0.0f;
+      } else {
+        const uint16_t* p = static_cast<const uint16_t*>(g.data) + off;
+        const bool bf16 = g_type == ScalarType::kBFloat16;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const uint16_t bits = i < length ? p[i * step] : uint16_t(0);
+          g_raw[i] = bf16 ? numeric::bf16_to_float(bits) : numeric::fp16_to_float(bits);
+        }
+      }
+    }
   }
 #pragma unroll
   for (int x = 0; x < kVPer; ++x) {
@@ -130,26 +171,76 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
   }
 
   // 2. Staging as fp32, and qg = round(q exp2 G) (the slice loop's write_slice_qg) from the same registers.
+  //    kFromInputs: q and k normalised first; G formed by the gate threads; qg waits for G (step 4).
+  const bool qk_l2norm = kFromInputs && in->qk_l2norm;
 #pragma unroll
   for (int x = 0; x < kQkPer; ++x) {
     const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
-    if (u >= kQkUnits) continue;
+    if (u >= kQkUnits) continue;  // whole warps (AMD, K = 64): the butterfly below stays within full rows
     float qv[8], kv[8];
     detail::unpack8<E>(q_raw[x], qv);
     detail::unpack8<E>(k_raw[x], kv);
-    const float gv[8] = {g_in[2 * x].x,     g_in[2 * x].y,     g_in[2 * x].z,     g_in[2 * x].w,
-                         g_in[2 * x + 1].x, g_in[2 * x + 1].y, g_in[2 * x + 1].z, g_in[2 * x + 1].w};
+    if constexpr (kFromInputs) {
+      if (qk_l2norm) {  // as qk_l2norm_vec_kernel: the row's sum of squares, scale, then round to the I/O type
+        float q_sq = detail::sum_squares8(qv), k_sq = detail::sum_squares8(kv);
+        for (int mask = K / 16; mask > 0; mask /= 2) {
+          q_sq += shfl_xor(q_sq, mask);
+          k_sq += shfl_xor(k_sq, mask);
+        }
+        const float inv_q = detail::l2_inv_norm(q_sq), inv_k = detail::l2_inv_norm(k_sq);
+#pragma unroll
+        for (int c = 0; c < 8; c += 2) {
+          numeric::unpack2<E>(numeric::pack2<E>(qv[c] * inv_q, qv[c + 1] * inv_q), &qv[c], &qv[c + 1]);
+          numeric::unpack2<E>(numeric::pack2<E>(kv[c] * inv_k, kv[c + 1] * inv_k), &kv[c], &kv[c + 1]);
+        }
+      }
+    }
 #pragma unroll
     for (int c = 0; c < 8; c += 4) {
       *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
       *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
-      *reinterpret_cast<float4*>(&g_s[i * kLdS + d + c]) = make_float4(gv[c], gv[c + 1], gv[c + 2], gv[c + 3]);
     }
-    if (ip.qg.data != nullptr && i < length) {
-      float qg[8];
+    if constexpr (!kFromInputs) {
+      const float gv[8] = {g_in[2 * x].x,     g_in[2 * x].y,     g_in[2 * x].z,     g_in[2 * x].w,
+                           g_in[2 * x + 1].x, g_in[2 * x + 1].y, g_in[2 * x + 1].z, g_in[2 * x + 1].w};
 #pragma unroll
-      for (int c = 0; c < 8; ++c) qg[c] = qv[c] * detail::decay_exp2(gv[c]);
-      detail::store16(ip.qg, chunk.start + i, h, d, detail::pack8<E>(qg));
+      for (int c = 0; c < 8; c += 4)
+        *reinterpret_cast<float4*>(&g_s[i * kLdS + d + c]) = make_float4(gv[c], gv[c + 1], gv[c + 2], gv[c + 3]);
+      if (ip.qg.data != nullptr && i < length) {
+        float qg[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) qg[c] = qv[c] * detail::decay_exp2(gv[c]);
+        detail::store16(ip.qg, chunk.start + i, h, d, detail::pack8<E>(qg));
+      }
+    }
+  }
+  if constexpr (kFromInputs) {
+    // G = RCP_LN2 * the chunk-local running sum of the activated gates, as gate_chunk_cumsum_kernel sums them; rows
+    // past the chunk stay zeros.
+    if (tid < K) {
+      const float a_log_exp = in->A_log != nullptr ? expf(in->A_log[h]) : 1.0f;
+      const float bias = in->dt_bias != nullptr ? in->dt_bias[int64_t(h) * K + tid] : 0.0f;
+      const GateKind gate = in->gate;
+      const float lower_bound = in->lower_bound;
+      float* const g_last = in->G_last + (int64_t(blockIdx.x) * ip.num_heads + h) * K + tid;
+      constexpr int kSeg = detail::kGateSumSegment;
+      static_assert(kRows % kSeg == 0, "whole segments");
+      float base = 0.0f;  // the earlier segments' totals
+#pragma unroll
+      for (int s = 0; s < kRows; s += kSeg) {
+        float local = 0.0f;
+#pragma unroll
+        for (int i = s; i < s + kSeg; ++i) {
+          float g = 0.0f;
+          if (i < length) {
+            local = detail::gate_cumsum_add(local, detail::gate_value(g_raw[i] + bias, gate, a_log_exp, lower_bound));
+            g = detail::gate_cumsum_add(base, local) * kRcpLn2;
+          }
+          g_s[i * kLdS + tid] = g;
+          if (i == length - 1) *g_last = g;
+        }
+        base = detail::gate_cumsum_add(base, local);
+      }
     }
   }
   __syncthreads();
@@ -197,6 +288,16 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
     const ExactPairSums sums = exact_pair_sums16(&q_s[ri * kLdS + c], &k_s[ri * kLdS + c], &g_s[ri * kLdS + c],
                                                  &k_s[rj * kLdS + c], &g_s[rj * kLdS + c]);
     partial_s[s * L::kPairs + pair] = make_float2(sums.kk, sums.qk);
+  }
+  if constexpr (kFromInputs) {  // qg = round(q exp2 G), write_slice_outputs' expression, now that G is staged
+    const MutableTensorView qg_out = in->qg;
+    for (int u = tid; u < length * (K / 8); u += kThreads) {
+      const int i = u / (K / 8), d = (u % (K / 8)) * 8;
+      float qg[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) qg[c] = q_s[i * kLdS + d + c] * detail::decay_exp2(g_s[i * kLdS + d + c]);
+      detail::store16(qg_out, chunk.start + i, h, d, detail::pack8<E>(qg));
+    }
   }
   __syncthreads();
 
@@ -362,6 +463,25 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
     const int i = u / (V / 8), d = (u % (V / 8)) * 8;
     detail::store16(wp.u, chunk.start + i, h, d, *reinterpret_cast<const uint4*>(&rhs_u[i * L::kLdU + d]));
   }
+}
+
+// chunk_prepare_mma_kernel's short path: q, k normalised and G formed by the earlier stages.
+template <typename E, int BT, int K, int V>
+__device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkParams& ip, const RecomputeWuParams& wp,
+                                                              const detail::ChunkCoords& chunk, int h,
+                                                              unsigned char* smem, float* beta_s, bool v_vector) {
+  prepare_short_chunk<E, BT, K, V, /*kFromInputs=*/false>(ip, wp, nullptr, chunk, h, smem, beta_s, v_vector);
+}
+
+// chunk_prepare_inputs_mma_kernel's short path: from the raw q, k and g, writing qg and G_last too.
+template <typename E, int BT, int K, int V>
+__device__ KDA_SHORT_PATH_CALL void chunk_prepare_inputs_short_block(const IntraChunkParams& ip,
+                                                                     const RecomputeWuParams& wp,
+                                                                     const PrepareInputsParams& in,
+                                                                     const detail::ChunkCoords& chunk, int h,
+                                                                     unsigned char* smem, float* beta_s,
+                                                                     bool v_vector) {
+  prepare_short_chunk<E, BT, K, V, /*kFromInputs=*/true>(ip, wp, &in, chunk, h, smem, beta_s, v_vector);
 }
 
 }  // namespace kda::kernels

@@ -32,7 +32,8 @@ if [ "$arch" != gfx90a ]; then
   # kernel[:pattern]: only instantiations whose symbol matches the pattern (intra_chunk_mma with BT = 16 has no
   # off-diagonal tile, so only its BT = 32 / 64 forms must use the matrix units).
   for spec in state_recurrence_mma state_short_mma recompute_w_u_mma chunk_output_mma \
-      'intra_chunk_mma:ELi(32|64)EEEv' chunk_prepare_mma chunk_prepare_inputs_mma; do
+      'intra_chunk_mma:ELi(32|64)EEEv' chunk_prepare_mma chunk_prepare_inputs_mma \
+      chunk_prepare_inputs_short_mma; do
     kernel=${spec%%:*}
     pattern=${spec#"$kernel"}; pattern=${pattern#:}
     # Per function body of that kernel: the number of v_mfma lines; every instantiation needs at least one.

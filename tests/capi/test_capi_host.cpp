@@ -365,6 +365,12 @@ TEST(CapiWorkspace, DependsOnWhatItShould) {
   below_rule.total_tokens = 4 * 64 * kN - 1;
   EXPECT_LT(workspace_of(at_rule), workspace_of(below_rule));
 
+  // Chunks of 64 and sequences averaging at most 16 tokens (speculative batches) run the fused form too.
+  kda_chunk_kda_args short_batch = a, above_short = a;
+  short_batch.total_tokens = 16 * kN;
+  above_short.total_tokens = 16 * kN + 1;
+  EXPECT_LT(workspace_of(short_batch), workspace_of(above_short));
+
   kda_chunk_kda_args tables = a;  // exact grids (NT = 5 here) and no derived tables: smaller
   tables.chunk_indices = fake(12);
   tables.chunk_offsets = fake(13);

@@ -344,6 +344,74 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
   }
 }
 
+// The fused prepare's two kernels on the same inputs: the one with a short path for chunks of at most 16 rows
+// (launch_chunk_prepare_inputs' choice for batches of short sequences) and the long path alone. Every byte they
+// write must agree (Aqk's hi + lo pair, w, u, kg, qg, G_last), on chunks of every length 1-17, for K = 64 and 128,
+// every gate, g stored as bf16, and both metadata modes.
+TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
+  ASSERT_TRUE(have_gpu());
+  uint64_t seed = 2100;
+  struct Case {
+    Batch b;
+    bool launcher_short;  // whether launch_chunk_prepare_inputs picks the short path itself: T <= 16 N
+  };
+  const std::vector<Case> cases = {
+      {{"every_short_length_k64", every_short_length_cu(), 2, 64, 128}, true},
+      {{"every_short_length_k128", every_short_length_cu(), 2, 128, 64}, true},
+      {{"spec64x8", spec_cu(64, 8), 2, 128, 128}, true},
+      {{"decodes_then_prefills", decode_prefill_cu(8, {200, 777, 64}), 2, 128, 128}, false},
+  };
+  for (const Case& c : cases) {
+    const Batch& b = c.b;
+    for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound, GateKind::kPrecomputed}) {
+      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
+        if (gate != GateKind::kSoftplus && g_type != ScalarType::kFloat32) continue;
+        for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+          const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
+          DeviceProblemOptions opt;
+          opt.g_type = g_type;
+          opt.mode = mode;
+          auto dp = make_device_problem(p, opt);
+          ASSERT_NE(dp, nullptr);
+          const std::string what = b.name + " gate " + std::to_string(int(gate)) + " g_type " +
+                                   std::to_string(int(g_type)) + " " + mode_name(mode);
+          const auto l = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused);
+          ASSERT_TRUE(l.inputs_fused) << what;
+          std::vector<uint8_t> out[2];
+          for (int short_chunks : {0, 1}) {
+            DeviceBuffer ws(l.total);
+            ASSERT_EQ(hipMemsetAsync(ws.get(), 0x5a, l.total, nullptr), hipSuccess);
+            ChunkPrepareInputsArgs a =
+                detail::chunk_kda_stage_args(dp->args, dp->args.geometry, ws.get(), detail::ChunkKdaPath::kFused)
+                    .prepare_inputs;
+            EXPECT_EQ(detail::prepare_inputs_short_path_used(a), c.launcher_short) << what << ": launcher's choice";
+            a.short_chunks = short_chunks;
+            DeviceBuffer meta(std::max<size_t>(chunk_prepare_inputs_workspace_size(a), 16));
+            const Status st = launch_chunk_prepare_inputs(a, meta.get(), meta.bytes(), nullptr);
+            ASSERT_TRUE(st.is_ok()) << what << ": " << st.message();
+            ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+            out[short_chunks] = ws.download_bytes();
+          }
+          size_t differing = 0;
+          for (size_t i = 0; i < out[0].size(); ++i) differing += out[0][i] != out[1][i];
+          EXPECT_EQ(differing, 0u) << what << ": the short path's bytes differ from the long path's";
+        }
+      }
+    }
+  }
+  // A batch of long sequences keeps the kernel without the short path unless forced.
+  const ref::KdaProblem p = kimi_problem(Batch{"single_long", {0, 4096}, 2, 128, 128}, GateKind::kSoftplus,
+                                         DType::kBF16, 2199);
+  auto dp = make_device_problem(p, {});
+  ASSERT_NE(dp, nullptr);
+  ChunkPrepareInputsArgs a =
+      detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(), detail::ChunkKdaPath::kFused)
+          .prepare_inputs;
+  EXPECT_FALSE(detail::prepare_inputs_short_path_used(a));
+  a.short_chunks = 1;
+  EXPECT_TRUE(detail::prepare_inputs_short_path_used(a));
+}
+
 // The output folded into the state kernel (o formed chunk after chunk from qg, round(S) and v_new on chip) against
 // the separate output launch reading a per-chunk h and v_new from memory, in both forms and on every batch kind:
 // the same bits for o and the final state, and the same intermediates before the state launch (the separate form's

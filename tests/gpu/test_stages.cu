@@ -583,7 +583,7 @@ TEST(StagesValidation, ChunkPrepareRefusesWhatItCannotRun) {
 }
 
 // launch_chunk_prepare_inputs refuses before enqueuing anything: K or V outside {64, 128}, outputs it cannot move 16
-// bytes at a time, a missing Aqk or G_last, and bad gate or input arguments.
+// bytes at a time, a missing Aqk or G_last, bad gate or input arguments, and a short path it does not have.
 TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
   ASSERT_TRUE(have_gpu());
   const ValidationBed bed;
@@ -604,6 +604,17 @@ TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
   b = a;
   b.g = TensorView{};
   expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "g: null", "no g");
+  b = a;
+  b.short_chunks = 2;
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "short_chunks: must be -1, 0 or 1",
+                 "short_chunks 2");
+  b = a;
+  const auto tables32 = device_metadata(bed.p, 32, MetadataMode::kHostBuilder);
+  b.geometry = geometry(bed.p, 32, *tables32);
+  ASSERT_TRUE(detail::validate_chunk_prepare_inputs(b).is_ok()) << "chunks of 32, the launcher's choice";
+  b.short_chunks = 1;
+  expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "short_chunks: 1 needs chunk_size 64",
+                 "short path at chunks of 32");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
 }
 

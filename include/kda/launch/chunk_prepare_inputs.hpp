@@ -3,6 +3,8 @@
 // stages read: Aqk, w, u, kg, qg = round(q exp2 G) and G_last, the G of each chunk's last row. The l2norm and gate
 // stages are folded in, so neither the normalised q, k nor G ever reach memory. Each output is bit-identical to the
 // stage pipeline's (launch_qk_l2norm, launch_gate_cumsum, launch_chunk_prepare, and the output stage's own qg).
+// Batches of short sequences run a second kernel whose blocks take chunks of at most 16 rows on a short path
+// (ChunkPrepareInputsArgs::short_chunks); the bits are the same.
 #pragma once
 
 #include "kda/launch/chunk_prepare.hpp"
@@ -31,6 +33,10 @@ struct ChunkPrepareInputsArgs {
   // instead of fp32 (Aqk may then be null): what the state kernel with the output folded in reads.
   void* Aqk_hi = nullptr;
   void* Aqk_lo = nullptr;
+  // Chunks of at most 16 rows (decodes, speculative drafts, sequence tails): -1 = the launcher's choice
+  // (detail::prepare_inputs_short_path_used), 0 = the long path takes them, 1 = a short path of their own
+  // (chunk_prepare_inputs_short_mma_kernel; chunk_size 64 only). Either gives the same bits.
+  int short_chunks = -1;
 };
 
 inline size_t chunk_prepare_inputs_workspace_size(const ChunkPrepareInputsArgs& a) {
@@ -70,7 +76,19 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
   const bool aqk = a.Aqk != nullptr || (a.Aqk_hi != nullptr && a.Aqk_lo != nullptr);
   KDA_REQUIRE((aqk && a.G_last != nullptr) || g.metadata.total_tokens == 0, "Aqk/G_last: null");
   KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last, a.Aqk_hi, a.Aqk_lo), "Aqk/G_last: not 16-byte aligned");
+  KDA_REQUIRE(a.short_chunks >= -1 && a.short_chunks <= 1, "short_chunks: must be -1, 0 or 1");
+  KDA_REQUIRE(a.short_chunks != 1 || g.chunk_size == 64, "short_chunks: 1 needs chunk_size 64");
   return Status();
+}
+
+// Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else for batches
+// of short sequences (short_sequence_batch: sequences averaging at most 16 tokens) in chunks of 64. That kernel runs
+// five blocks per SM, where its long path spills more; elsewhere the long chunks dominate and the kernel without the
+// short path runs them (its long path spills 12 bytes against 148 for bf16, K = V = 128; a kernel with both paths
+// at four blocks per SM measured no faster on mixed64, 0.711 against 0.712 ms, call BQ).
+inline bool prepare_inputs_short_path_used(const ChunkPrepareInputsArgs& a) {
+  if (a.short_chunks >= 0) return a.short_chunks == 1;
+  return a.geometry.chunk_size == 64 && short_sequence_batch(a.geometry.metadata);
 }
 
 // Enqueues the kernel on already-resolved chunk tables; no validation (the launcher below and chunk_kda_fwd
@@ -99,10 +117,19 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   in.qg = a.qg;
   in.G_last = a.G_last;
   const bool v_vector = vector_aligned(a.v);
+  const bool short_path = prepare_inputs_short_path_used(a);
   return dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
-    kernels::chunk_prepare_inputs_mma_kernel<decltype(e), decltype(bt)::value, decltype(k)::value,
-                                             decltype(v)::value>
-        <<<grid, kernels::kIntraMmaWarps * kWarpSize, 0, stream>>>(ip, wp, in, v_vector);
+    using E = decltype(e);
+    constexpr int BT = decltype(bt)::value, K = decltype(k)::value, V = decltype(v)::value;
+    constexpr int kThreads = kernels::kIntraMmaWarps * kWarpSize;
+    if constexpr (BT == 64) {
+      if (short_path) {
+        kernels::chunk_prepare_inputs_short_mma_kernel<E, BT, K, V>
+            <<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);
+        return;
+      }
+    }
+    kernels::chunk_prepare_inputs_mma_kernel<E, BT, K, V><<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);
   });
 }
 
