@@ -395,6 +395,11 @@ TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
           size_t differing = 0;
           for (size_t i = 0; i < out[0].size(); ++i) differing += out[0][i] != out[1][i];
           EXPECT_EQ(differing, 0u) << what << ": the short path's bytes differ from the long path's";
+          // Not two untouched workspaces: every row of w was written (no 4-byte word of it still holds the fill).
+          size_t fill_words = 0;
+          for (size_t o = l.w; o + 4 <= l.w + size_t(p.T) * p.H * p.K * 2; o += 4)
+            fill_words += std::memcmp(out[1].data() + o, "\x5a\x5a\x5a\x5a", 4) == 0;
+          EXPECT_EQ(fill_words, 0u) << what << ": w not written";
         }
       }
     }
