@@ -122,28 +122,54 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
   uint4 q_raw[kQkPer], k_raw[kQkPer], v_raw[kVPer];
   float4 g_in[kFromInputs ? 1 : 2 * kQkPer];
   float g_raw[kFromInputs ? kRows : 1];
-#pragma unroll
-  for (int x = 0; x < kQkPer; ++x) {
-    const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
-    const bool valid = u < kQkUnits && i < length;
-    if constexpr (kFromInputs) {
-      q_raw[x] = valid ? detail::load16_any(ip.q, in->qk_vector, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-      k_raw[x] = valid ? detail::load16_any(ip.k, in->qk_vector, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-    } else {
-      q_raw[x] = valid ? detail::load16(ip.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-      k_raw[x] = valid ? detail::load16(ip.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
-      const float* g_row = &ip.G[((chunk.start + i) * ip.num_heads + h) * ip.head_dim + d];
-      g_in[2 * x] = valid ? *reinterpret_cast<const float4*>(g_row) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      g_in[2 * x + 1] = valid ? *reinterpret_cast<const float4*>(g_row + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
+  // kFromInputs: the parameters (read through a reference here) are copied into registers once, and each branch on
+  // a view's alignment is taken once around all its loads, so that the loads issue together: read as the staged
+  // path reads them, each load waited on reloading its view (ncu, call BR).
   if constexpr (kFromInputs) {
-    // load_scalar's loads and conversions, with the type's branch and the parameters taken once: read through `in`
-    // (a reference to the kernel's parameters) each row's load waited on reloading them (ncu, call BR).
+    const int64_t start = chunk.start;
+    const TensorView q_view = ip.q, k_view = ip.k, v_view = wp.v;
+    auto load_qk = [&](auto vector) {  // std::true_type: 16-byte loads; std::false_type: per element
+#pragma unroll
+      for (int x = 0; x < kQkPer; ++x) {
+        const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+        q_raw[x] = k_raw[x] = make_uint4(0, 0, 0, 0);
+        if (u < kQkUnits && i < length) {
+          if constexpr (decltype(vector)::value) {
+            q_raw[x] = detail::load16(q_view, start + i, h, d);
+            k_raw[x] = detail::load16(k_view, start + i, h, d);
+          } else {
+            q_raw[x] = detail::load16_elementwise(q_view, start + i, h, d);
+            k_raw[x] = detail::load16_elementwise(k_view, start + i, h, d);
+          }
+        }
+      }
+    };
+    auto load_v = [&](auto vector) {
+#pragma unroll
+      for (int x = 0; x < kVPer; ++x) {
+        const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
+        v_raw[x] = make_uint4(0, 0, 0, 0);
+        if (u < kVUnits && j < length) {
+          if constexpr (decltype(vector)::value) v_raw[x] = detail::load16(v_view, start + j, h, d);
+          else v_raw[x] = detail::load16_elementwise(v_view, start + j, h, d);
+        }
+      }
+    };
+    if (in->qk_vector) {
+      load_qk(std::true_type{});
+    } else {
+      load_qk(std::false_type{});
+    }
+    if (v_vector) {
+      load_v(std::true_type{});
+    } else {
+      load_v(std::false_type{});
+    }
+    // load_scalar's loads and conversions, with the type's branch taken once.
     if (tid < K) {
       const TensorView g = in->g;
       const ScalarType g_type = in->g_type;
-      const int64_t step = g.token_stride, off = detail::element_offset(g, chunk.start, h, tid);
+      const int64_t step = g.token_stride, off = detail::element_offset(g, start, h, tid);
       if (g_type == ScalarType::kFloat32) {
         const float* p = static_cast<const float*>(g.data) + off;
 #pragma unroll
@@ -158,12 +184,23 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
         }
       }
     }
-  }
+  } else {
 #pragma unroll
-  for (int x = 0; x < kVPer; ++x) {
-    const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
-    v_raw[x] = u < kVUnits && j < length ? detail::load16_any(wp.v, v_vector, chunk.start + j, h, d)
-                                         : make_uint4(0, 0, 0, 0);
+    for (int x = 0; x < kQkPer; ++x) {
+      const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
+      const bool valid = u < kQkUnits && i < length;
+      q_raw[x] = valid ? detail::load16(ip.q, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      k_raw[x] = valid ? detail::load16(ip.k, chunk.start + i, h, d) : make_uint4(0, 0, 0, 0);
+      const float* g_row = &ip.G[((chunk.start + i) * ip.num_heads + h) * ip.head_dim + d];
+      g_in[2 * x] = valid ? *reinterpret_cast<const float4*>(g_row) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      g_in[2 * x + 1] = valid ? *reinterpret_cast<const float4*>(g_row + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int x = 0; x < kVPer; ++x) {
+      const int u = tid + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
+      v_raw[x] = u < kVUnits && j < length ? detail::load16_any(wp.v, v_vector, chunk.start + j, h, d)
+                                           : make_uint4(0, 0, 0, 0);
+    }
   }
   for (int i = tid; i < kRows; i += kThreads) {
     const float raw = i < length ? detail::load_scalar(ip.beta, ip.beta_type, chunk.start + i, h, 0) : 0.0f;
