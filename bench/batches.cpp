@@ -55,6 +55,17 @@ BatchSpec prefill4x4k() {
   return {"prefill4x4k", "4 prefills of 4096 tokens", cu};
 }
 
+// One step of an engine's chunked prefill: 256 decodes of one token (decode-first, as vLLM lays them out), then a
+// 1,792-token prefill chunk that fills a 2,048-token budget. Its sequences average 8 tokens, so the short-sequence
+// rules (detail::short_sequence_batch) pick its kernels while one long chain of chunks runs beside the decodes.
+BatchSpec chunked2k() {
+  std::vector<int64_t> lengths(256, 1);
+  lengths.push_back(1792);
+  std::vector<int64_t> cu;
+  check(make_prefill_cu_seqlens(lengths, &cu));
+  return {"chunked2k", "256 decodes of 1 token, then a 1792-token prefill", cu};
+}
+
 BatchSpec spec256x8() {
   std::vector<int64_t> cu;
   check(make_spec_cu_seqlens(256, 8, &cu));
@@ -67,7 +78,7 @@ const std::vector<BatchSpec>& bench_batches() {
   static const std::vector<BatchSpec> batches = {
       single("single1k", 1024), single("single8k", 8192), single("single32k", 32768),
       varlen16(),               mixed64(),                spec256x8(),
-      prefill4x4k(),
+      prefill4x4k(),            chunked2k(),
   };
   return batches;
 }

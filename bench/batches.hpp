@@ -21,7 +21,8 @@ struct BatchSpec {
   int64_t total_tokens() const { return cu_seqlens.back(); }
 };
 
-// single1k, single8k, single32k, varlen16, mixed64, spec256x8 (issue 5's batches), then prefill4x4k (in this order).
+// single1k, single8k, single32k, varlen16, mixed64, spec256x8 (issue 5's batches), then prefill4x4k and chunked2k (in
+// this order).
 // Built once, on first use.
 const std::vector<BatchSpec>& bench_batches();
 
