@@ -61,6 +61,10 @@ struct ChunkKdaArgs {
 
 namespace detail {
 
+// 32-bit words at the start of chunk_kda_fwd's workspace that each call clears first: the device status word, then
+// the state stage's item counter (StateRecurrenceArgs::short_items_taken).
+constexpr int kChunkKdaCallWords = 2;
+
 // Byte offsets of every intermediate inside the workspace. One function serves workspace_size and the launcher,
 // so the two can never disagree.
 struct ChunkKdaWorkspaceLayout {
@@ -145,7 +149,7 @@ inline ChunkKdaWorkspaceLayout chunk_kda_workspace_layout(const ChunkKdaArgs& a,
     at = align_up(at + bytes, kWorkspaceAlignment);
     return here;
   };
-  l.status = take(sizeof(uint32_t));
+  l.status = take(kChunkKdaCallWords * sizeof(uint32_t));
   l.metadata = take(derived_metadata_bytes(g.metadata, g.chunk_size));
   l.inputs_fused = path == ChunkKdaPath::kAuto ? chunk_kda_inputs_fused_by_shape(a)
                                                : path == ChunkKdaPath::kFused && chunk_kda_inputs_fusable(a);
@@ -326,8 +330,9 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   if (workspace == nullptr && l.total > 0) return invalid_argument("workspace: null");
   char* ws = static_cast<char*>(workspace);
 
-  // The device status word of this call starts clear: resolve_chunks zeroes it first, inside the derivation kernel
-  // when the tables are derived, by a memset (a memset node under graph capture) when the caller passed them.
+  // The device status word of this call and the state stage's item counter after it start clear: resolve_chunks
+  // zeroes them first, inside the derivation kernel when the tables are derived, by a memset (a memset node under
+  // graph capture) when the caller passed them.
   auto* status = reinterpret_cast<uint32_t*>(ws + l.status);
   StageGeometry g = a.geometry;
   g.metadata.device_status = status;
@@ -335,12 +340,14 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   detail::ResolvedChunks chunks;
   KDA_RETURN_IF_ERROR(detail::resolve_chunks(g.metadata, g.chunk_size, ws + l.metadata,
                                              detail::derived_metadata_bytes(a.geometry.metadata, g.chunk_size), stream,
-                                             &chunks, /*clear_device_status=*/true));
+                                             &chunks, kChunkKdaCallWords));
 
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path, output);
+  StateRecurrenceArgs state = s.state;
+  state.short_items_taken = status + 1;  // cleared above, for this call
   if (s.inputs_fused) {
     KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
-    KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
+    KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream));
     return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
   }
   // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
@@ -349,7 +356,7 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   // Aqk, w, u and kg in one launch (Akk and Tinv on chip), or intra + w/u through Tinv where it cannot be fused
   // (the layout gives Akk and Tinv memory whenever that can happen; the fuzz target checks it for every shape).
   KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));
-  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(s.state, chunks, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream));
   return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
 }
 }  // namespace detail

@@ -31,19 +31,20 @@ __device__ inline int64_t chunk_count_of(const detail::ChunkTable& t, int64_t n,
 // One block. Each thread owns a contiguous run of sequences; a block-wide scan of the run totals gives each run's
 // first chunk; the thread then writes its run's offsets. Then every thread fills rows of chunk_indices: row g
 // belongs to the last sequence n with offsets[n] <= g (so empty sequences, whose offsets repeat, are skipped) and
-// holds (n, g - offsets[n]). With clear_status the block first zeroes table.device_status (chunk_kda_fwd's status
-// word for this call; this kernel is the call's first, so nothing else has reported yet) and only then reports.
+// holds (n, g - offsets[n]). The block first zeroes clear_words words from table.device_status on (chunk_kda_fwd's
+// status word for this call and the state stage's item counter after it; this kernel is the call's first, so
+// nothing else has reported yet) and only then reports.
 // (The kernel is a template on its block size so that a header included from several translation units defines no
 // strong kernel symbol twice.)
 template <int kThreads = kOffsetsScanThreads>
 __global__ void __launch_bounds__(kThreads)
 derive_chunk_tables_kernel(detail::ChunkTable table, int chunk_size, int64_t max_chunks, int32_t* chunk_offsets,
-                           int32_t* num_chunks, int32_t* chunk_indices, bool clear_status) {
+                           int32_t* num_chunks, int32_t* chunk_indices, int clear_words) {
   const int64_t num_sequences = table.num_sequences;
   __shared__ int64_t run_total[kThreads];
   const int tid = threadIdx.x;
-  if (clear_status && tid == 0 && table.device_status != nullptr) atomicExch(table.device_status, 0u);
-  if (clear_status) __syncthreads();  // uniform: the clear is ordered before every report below
+  if (tid < clear_words && table.device_status != nullptr) atomicExch(table.device_status + tid, 0u);
+  if (clear_words > 0) __syncthreads();  // uniform: the clear is ordered before every report below
   const int64_t per_thread = (num_sequences + kThreads - 1) / kThreads;
   const int64_t first = tid * per_thread;
   const int64_t last = first + per_thread < num_sequences ? first + per_thread : num_sequences;

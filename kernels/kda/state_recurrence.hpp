@@ -46,9 +46,13 @@ struct StateRecurrenceParams {
   const void* aqk_lo = nullptr;          // [T,H,BT] I/O type: round(Aqk - round(Aqk))
   MutableTensorView o;                   // out [T,H,V]
   float scale = 1.0f;                    // the effective scale
-  // The longest sequence state_short_mma_kernel takes (state_recurrence_short_mma.hpp): the matrix-unit kernel's
-  // kLongOnly form, launched beside it, takes the longer ones.
+  // The longest sequence state_short_mma_kernel takes (state_recurrence_short_mma.hpp); state_long_items_kernel,
+  // launched beside it, takes the longer ones.
   int short_rows = 0;
+  // state_short_mma_kernel's kTickets form: a device word that is zero when it starts. Its blocks take their items
+  // as they get to them (one atomic per item), so blocks that start late, behind the long sequences' chains, take
+  // fewer; the plain form's block b of G takes items b, b + G, b + 2G, ...
+  unsigned* short_items_taken = nullptr;
 };
 
 // Offset of state element (d, v) of (slot, head) in the chosen layout.

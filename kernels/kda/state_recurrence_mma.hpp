@@ -86,7 +86,7 @@ constexpr int kStateReadyBarrier = 3;  // + b
 constexpr int kStateFreeBarrier = 5;   // + b
 
 // One block's work on item `item` = (sequence, head, V-tile): the whole of state_recurrence_mma_kernel's block, or
-// one turn of its loop over long sequences (kLongOnly).
+// one turn of state_long_items_kernel's loop over long sequences (state_recurrence_long_items).
 template <typename E, int BT, int K, int TileV, int Warps, bool kFoldOutput, int OutWarps>
 __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParams& p, const unsigned item) {
   namespace m = detail::mma;
@@ -627,37 +627,38 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   }
 }
 
-// kLongOnly: the partner of the short-sequence kernel (state_recurrence_short_mma.hpp), which takes the sequences of
-// at most kShortStateRows tokens; this kernel takes the rest. The host cannot tell which sequences are long (their
-// lengths are on the device), so a grid of one block per item would mostly start blocks that find nothing to do:
-// 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b looks at items b, b + G, b + 2G, ... (G the
-// grid; at most one per thread, the launcher sizes G so), all at once, one load each, and runs the long ones in turn.
-template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0,
-          bool kLongOnly = false>
+template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0>
 __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
-  if constexpr (!kLongOnly) {
-    state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, blockIdx.x);
-  } else {
-    static_assert(OutWarps == 0, "one role for every warp: each runs every item");
-    constexpr int kThreads = Warps * kWarpSize;
-    __shared__ unsigned long_items[kThreads];  // items < 2^31 (the launcher checks)
-    __shared__ int num_long;
-    const int64_t items = p.chunks.num_sequences * p.num_heads * (p.head_dim_v / TileV);
-    const int64_t item = blockIdx.x + int64_t(threadIdx.x) * gridDim.x;
-    if (threadIdx.x == 0) num_long = 0;
-    __syncthreads();
-    if (item < items) {
-      int64_t bos, eos;
-      p.chunks.sequence_range(item / (int64_t(p.head_dim_v / TileV) * p.num_heads), &bos, &eos);
-      if (eos - bos > p.short_rows) long_items[atomicAdd(&num_long, 1)] = unsigned(item);  // in any order
-    }
-    __syncthreads();
-    const int count = num_long;
-    for (int i = 0; i < count; ++i) {
-      if (i > 0) __syncthreads();  // the previous item is done with shared memory
-      state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, long_items[i]);
-    }
+  state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, blockIdx.x);
+}
+
+// The long sequences' share of a batch that the short-sequence kernel (state_recurrence_short_mma.hpp) runs: that
+// kernel takes the sequences of at most p.short_rows tokens, state_long_items_kernel the rest. The host cannot tell
+// which sequences are long (their lengths are on the device), so a block per item would mostly start blocks that
+// find nothing to do: 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b of these `blocks` looks
+// at items b, b + blocks, b + 2 blocks, ... (at most one per thread, the launcher sizes `blocks` so), all at once,
+// one load each, and runs the long ones in turn.
+template <typename E, int BT, int K, int TileV, int Warps, bool kFoldOutput>
+__device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenceParams& p, unsigned block,
+                                                            unsigned blocks) {
+  constexpr int kThreads = Warps * kWarpSize;
+  __shared__ unsigned long_items[kThreads];  // items < 2^31 (the launcher checks)
+  __shared__ int num_long;
+  const int64_t items = p.chunks.num_sequences * p.num_heads * (p.head_dim_v / TileV);
+  const int64_t item = block + int64_t(threadIdx.x) * blocks;
+  if (threadIdx.x == 0) num_long = 0;
+  __syncthreads();
+  if (item < items) {
+    int64_t bos, eos;
+    p.chunks.sequence_range(item / (int64_t(p.head_dim_v / TileV) * p.num_heads), &bos, &eos);
+    if (eos - bos > p.short_rows) long_items[atomicAdd(&num_long, 1)] = unsigned(item);  // in any order
+  }
+  __syncthreads();
+  const int count = num_long;
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) __syncthreads();  // the previous item is done with shared memory
+    state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, 0>(p, long_items[i]);
   }
 }
 

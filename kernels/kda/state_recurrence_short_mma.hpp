@@ -1,6 +1,15 @@
-// Stage 5 with the output folded in, for short sequences (at most kShortStateRows tokens: decodes, speculative
-// batches): the same contract and bits as state_recurrence_mma_kernel, whose kLongOnly form, launched beside this
-// kernel, takes the longer sequences (StateRecurrenceParams::short_rows).
+// Stage 5 with the output folded in, for batches of short sequences (decodes, speculative batches): the same
+// contract and bits as state_recurrence_mma_kernel. Two kernels: state_long_items_kernel, launched first, runs the
+// general kernel's item for the sequences of more than kShortStateRows tokens (StateRecurrenceParams::short_rows);
+// state_short_mma_kernel takes the short ones, as below.
+//
+// Where a long sequence spans several chunks (a chunked-prefill step: decodes beside one long prefill), its chain of
+// chunk steps would hold the short items back. There the short kernel's kTickets form is launched with programmatic
+// stream serialization (NVIDIA): it starts as soon as every long-item block has, beside the chains, and its blocks
+// take items by ticket (StateRecurrenceParams::short_items_taken), so that the ones that start behind a chain take
+// fewer (chunked2k's state stage 593 -> 436 us, H200, call CD). The tickets cost ~4 % where no chain runs (spec256x8
+// 360 -> 375 us), so the launcher takes the plain form wherever the host's chunk tables rule chains out.
+// (One kernel with both kinds of blocks measured slower: ptxas then spilled in the short items' loop; call BW.)
 //
 // Why a kernel of its own. A short sequence is one chunk step, so its cost is moving its fp32 state: the 64-column
 // tile is read (32 KiB at K = 128) and written back, against a few small products. In the general kernel each block
@@ -22,6 +31,7 @@
 
 #include "kda/detail/mma.hpp"
 #include "kda/state_recurrence.hpp"
+#include "kda/state_recurrence_mma.hpp"
 #include "kda/state_tile_mma.hpp"
 
 namespace kda::kernels {
@@ -65,9 +75,9 @@ constexpr size_t state_short_shared_bytes() {
   return ShortStateLayout<K>::kBytes;
 }
 
-template <typename E, int BT, int K>
-__global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBlocks)
-    state_short_mma_kernel(const KDA_GRID_CONSTANT StateRecurrenceParams p) {
+// Block `block` of the `blocks` short-item blocks.
+template <typename E, int BT, int K, bool kTickets>
+__device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p, unsigned block, unsigned blocks) {
   namespace m = detail::mma;
   using L = ShortStateLayout<K>;
   constexpr int kThreads = kShortStateWarps * kWarpSize;
@@ -102,6 +112,21 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
   const int V = p.head_dim_v, H = p.num_heads;
   const int num_v_tiles = V / kTileV;
   const int64_t items = p.chunks.num_sequences * H * num_v_tiles;
+  // Which items a block takes: with a counter, the next untaken one whenever it is ready for one (a ticket: thread 0
+  // adds 1 to the counter); without, block, block + blocks, block + 2 blocks, ... In the loop below a ticket is taken
+  // during (C) of item t, handed to the block at item t + 1's first barrier (handoff_s), and looked up at its end, so
+  // the atomic's round trip falls where warp 0 has time to spare: ptxas turns the add into a warp-wide atomic and a
+  // shuffle of its result that waits at once (taken just before a barrier, it added ~10 % on spec256x8; call CC).
+  // Tickets are looked up in the order they were taken, so when a block's last one is past the items, so are the
+  // ones it still holds.
+  unsigned* const taken = kTickets ? p.short_items_taken : nullptr;
+  __shared__ unsigned ticket_s, handoff_s;
+  auto take_ticket = [&]() -> int64_t {  // where every thread calls it, outside the loop
+    __syncthreads();                     // every thread has read the last ticket
+    if (threadIdx.x == 0) ticket_s = atomicAdd(taken, 1u);
+    __syncthreads();
+    return ticket_s;
+  };
   const int tile0 = warp / kWarpsPerRow, ct0 = (warp % kWarpsPerRow) * kColsPerWarp;
 
   // An item and what its step needs: rows = tokens in the chunk (0 for an empty sequence or a chunk id the table
@@ -124,15 +149,20 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
     if (i < items) c.x = load_sequence_indices(p, i / (int64_t(num_v_tiles) * H));
     return c;
   };
-  // The item of candidate c if its sequence is short, else of the first short one after it, stepping by the grid
-  // (loading those indices on the path: a batch that runs this kernel is mostly short sequences). index -1: none left.
+  // The item of candidate c if its sequence is short, else of the first short one the block takes after it (loading
+  // those indices on the path: a batch that runs this kernel is mostly short sequences). index -1: none left.
+  // With tickets, a long candidate's item is one that does nothing (no rows, no state in or out): the loop below
+  // goes on to the next ticket, so that no barrier sits in this lookup (one there cost ~10 % on spec256x8).
   auto resolve = [&](const Candidate& c) {
     int64_t i = c.index;
     SequenceIndices x = c.x;
-    for (; i < items; i += gridDim.x, x = i < items ? fetch(i).x : x) {
+    for (; i < items; i += blocks, x = i < items ? fetch(i).x : x) {
       const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
       const int64_t length = seq.eos - seq.bos;
-      if (length > kShortStateRows) continue;
+      if (length > kShortStateRows) {
+        if (taken == nullptr) continue;
+        return Item{int(i), 0, 0, -1, 0, 0, 0, false};
+      }
       const bool table_ok = seq.num_chunks == 0 || (seq.first_chunk >= 0 && seq.first_chunk < seq.nt);
       if (!table_ok && threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadChunkTable);
       return Item{int(i), int(seq.bos), int(seq.first_chunk), seq.slot, int((i / num_v_tiles) % H),
@@ -198,16 +228,18 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
 
   // The pipeline over a block's items: during item t, item t + 1's copies (state and operands) fly to shared memory;
   // at its end, the indices of item t + 2's candidate start on their way (registers).
-  Item cur = resolve(fetch(blockIdx.x));
+  Item cur = resolve(fetch(taken != nullptr ? take_ticket() : block));
   if (cur.index < 0) return;
   issue_copies(cur, 0);
   detail::copy16_async_commit();
-  Candidate candidate = fetch(int64_t(cur.index) + gridDim.x);
+  Candidate candidate = fetch(taken != nullptr ? take_ticket() : int64_t(cur.index) + blocks);
+  if (taken != nullptr && threadIdx.x == 0) handoff_s = atomicAdd(taken, 1u);  // read after the loop's first barrier
   for (int b = 0;; b ^= 1) {
     const Item next = resolve(candidate);  // its indices have arrived by now
     const bool has_next = next.index >= 0;
     detail::copy16_async_wait();  // this item's copies, the only group in flight
-    __syncthreads();
+    __syncthreads();              // ... and handoff_s holds the ticket of the item after next
+    const int64_t after_next = taken != nullptr ? int64_t(handoff_s) : int64_t(next.index) + blocks;
     const Operands op = operands(b);
 
     // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products.
@@ -238,6 +270,9 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
       }
     }
     __syncthreads();  // v_new is complete
+    const bool ticketed = taken != nullptr && has_next;
+    unsigned ticket = 0;
+    if (ticketed && threadIdx.x == 0) ticket = atomicAdd(taken, 1u);
 
     // (C) S = exp2(G_last) S + kg^T v_new; o = scale o + Aqk v_new; then o and the final state leave.
     if (rows > 0) {
@@ -254,6 +289,7 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
         state_tile::store_output<E>(p.o, o_pairs, o, cur.bos, rows, cur.h, cur.v0, 0, ct, lane);
       }
     }
+    if (ticketed && threadIdx.x == 0) handoff_s = ticket;  // read after the next item's first barrier
     if (p.final_state != nullptr && cur.slot >= 0) {
       float* tile = p.final_state + state_offset(p, cur.slot, cur.h, 0, cur.v0);  // K-first: row stride V
       for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
@@ -266,10 +302,29 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
       });
     }
     if (!has_next) break;
-    candidate = fetch(int64_t(next.index) + gridDim.x);
+    candidate = fetch(after_next);
     cur = next;
   }
   detail::copy16_async_wait();  // none left in flight
+}
+
+// The short items. Its last act waits for the kernel before it (state_long_items_kernel, when launched beside it), so
+// that whatever the stream runs next finds the long sequences done too.
+template <typename E, int BT, int K, bool kTickets>
+__global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBlocks)
+    state_short_mma_kernel(const KDA_GRID_CONSTANT StateRecurrenceParams p) {
+  state_short_items<E, BT, K, kTickets>(p, blockIdx.x, gridDim.x);
+  detail::wait_for_prior_grid();
+}
+
+// The long items: the general kernel's 64-column tile, 8 warps, the output folded in. Every block first lets the
+// short-item kernel launch.
+template <typename E, int BT, int K>
+__global__ void __launch_bounds__(kStateMmaWideWarps * kWarpSize,
+                                  (state_mma_min_blocks<kShortStateTileV, kStateMmaWideWarps, true>()))
+    state_long_items_kernel(StateRecurrenceParams p) {
+  detail::allow_dependent_launch();
+  state_recurrence_long_items<E, BT, K, kShortStateTileV, kStateMmaWideWarps, true>(p, blockIdx.x, gridDim.x);
 }
 
 }  // namespace kda::kernels

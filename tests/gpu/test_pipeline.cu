@@ -515,48 +515,61 @@ TEST(ChunkKdaFeatures, UnalignedViewsGiveTheSameBits) {
 // Graph capture: proves no host sync on either path
 // ---------------------------------------------------------------------------------------------------------------
 
+// Two batches: sequences averaging more than 16 tokens, and at most 16 (decodes beside one prefill: the short-sequence
+// state kernel, whose item counter each call clears; replayed twice, so that a counter left from the first replay
+// would lose items in the second).
 TEST(ChunkKdaGraph, CaptureReplayWithNewInputsMatchesDirectCall) {
   ASSERT_TRUE(have_gpu());
-  const Batch b{"graph_mix", decode_prefill_cu(5, {130, 64, 1000}), 4, 128, 128};
-  for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
-    DeviceProblemOptions opt;
-    opt.mode = mode;
-    const ref::KdaProblem first = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 1);
-    const ref::KdaProblem second = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 2);
-    auto dp = make_device_problem(first, opt);
-    ASSERT_NE(dp, nullptr);
+  for (const Batch& b : {Batch{"graph_mix", decode_prefill_cu(5, {130, 64, 1000}), 4, 128, 128},
+                         Batch{"graph_short_mix", decode_prefill_cu(40, {300}), 4, 128, 128}}) {
+    for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+      DeviceProblemOptions opt;
+      opt.mode = mode;
+      const ref::KdaProblem first = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 1);
+      const ref::KdaProblem second = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 2);
+      auto dp = make_device_problem(first, opt);
+      ASSERT_NE(dp, nullptr);
 
-    hipStream_t stream;
-    KDA_ASSERT_RT(hipStreamCreate(&stream));
-    hipGraph_t graph;
-    hipGraphExec_t exec;
-    KDA_ASSERT_RT(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal));
-    const Status s = run_chunk_kda(*dp, stream);
-    KDA_ASSERT_RT(hipStreamEndCapture(stream, &graph));  // fails if anything inside synchronised the host
-    ASSERT_TRUE(s.is_ok()) << s.message();
-    KDA_ASSERT_RT(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
+      hipStream_t stream;
+      KDA_ASSERT_RT(hipStreamCreate(&stream));
+      hipGraph_t graph;
+      hipGraphExec_t exec;
+      KDA_ASSERT_RT(hipStreamBeginCapture(stream, hipStreamCaptureModeGlobal));
+      const Status s = run_chunk_kda(*dp, stream);
+      KDA_ASSERT_RT(hipStreamEndCapture(stream, &graph));  // fails if anything inside synchronised the host
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      KDA_ASSERT_RT(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
 
-    // New values into the same buffers, then replay.
-    dp->q.upload(to_dtype_bits(second.q, second.io_dtype).data(), dp->q.bytes());
-    dp->k.upload(to_dtype_bits(second.k, second.io_dtype).data(), dp->k.bytes());
-    dp->v.upload(to_dtype_bits(second.v, second.io_dtype).data(), dp->v.bytes());
-    dp->g.upload(second.g.data(), dp->g.bytes());
-    dp->beta.upload(second.beta.data(), dp->beta.bytes());
-    dp->A_log.upload(second.A_log.data(), dp->A_log.bytes());
-    dp->dt_bias.upload(second.dt_bias.data(), dp->dt_bias.bytes());
-    dp->state_in.upload(second.initial_state.data(), dp->state_in.bytes());
-    KDA_ASSERT_RT(hipGraphLaunch(exec, stream));
-    KDA_ASSERT_RT(hipStreamSynchronize(stream));
-    const std::vector<uint8_t> replay_o = dp->o.download_bytes();
-    const std::vector<uint8_t> replay_state = dp->state_out.download_bytes();
+      // New values into the same buffers, then replay.
+      dp->q.upload(to_dtype_bits(second.q, second.io_dtype).data(), dp->q.bytes());
+      dp->k.upload(to_dtype_bits(second.k, second.io_dtype).data(), dp->k.bytes());
+      dp->v.upload(to_dtype_bits(second.v, second.io_dtype).data(), dp->v.bytes());
+      dp->g.upload(second.g.data(), dp->g.bytes());
+      dp->beta.upload(second.beta.data(), dp->beta.bytes());
+      dp->A_log.upload(second.A_log.data(), dp->A_log.bytes());
+      dp->dt_bias.upload(second.dt_bias.data(), dp->dt_bias.bytes());
+      dp->state_in.upload(second.initial_state.data(), dp->state_in.bytes());
+      std::vector<uint8_t> replay_o, replay_state;
+      for (int replay = 0; replay < 2; ++replay) {
+        KDA_ASSERT_RT(hipMemsetAsync(dp->o.get(), 0xff, dp->o.bytes(), stream));
+        KDA_ASSERT_RT(hipGraphLaunch(exec, stream));
+        KDA_ASSERT_RT(hipStreamSynchronize(stream));
+        if (replay == 1) {
+          EXPECT_EQ(dp->o.download_bytes(), replay_o) << b.name << " " << mode_name(mode) << ": second replay";
+          EXPECT_EQ(dp->state_out.download_bytes(), replay_state) << b.name << " " << mode_name(mode);
+        }
+        replay_o = dp->o.download_bytes();
+        replay_state = dp->state_out.download_bytes();
+      }
 
-    const RunResult direct = run_once(second, opt);
-    EXPECT_EQ(std::vector<uint8_t>(replay_o.begin(), replay_o.begin() + direct.o_bytes.size()), direct.o_bytes)
-        << mode_name(mode);
-    EXPECT_EQ(replay_state, direct.state_bytes) << mode_name(mode);
-    (void)hipGraphExecDestroy(exec);
-    (void)hipGraphDestroy(graph);
-    (void)hipStreamDestroy(stream);
+      const RunResult direct = run_once(second, opt);
+      EXPECT_EQ(std::vector<uint8_t>(replay_o.begin(), replay_o.begin() + direct.o_bytes.size()), direct.o_bytes)
+          << b.name << " " << mode_name(mode);
+      EXPECT_EQ(replay_state, direct.state_bytes) << b.name << " " << mode_name(mode);
+      (void)hipGraphExecDestroy(exec);
+      (void)hipGraphDestroy(graph);
+      (void)hipStreamDestroy(stream);
+    }
   }
 }
 

@@ -414,18 +414,21 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       std::vector<float> lo_host(R.Aqk.size());
       for (size_t i = 0; i < lo_host.size(); ++i) lo_host[i] = R.Aqk[i] - ref::round_io(io, R.Aqk[i]);
       DeviceBuffer aqk_hi = upload_dtype(R.Aqk, io), aqk_lo = upload_dtype(lo_host, io);
-      // short_sequences 1: sequences of at most 16 tokens go to the short-sequence kernel, the rest to the general
-      // kernel's kLongOnly form (chunks of 64 only); 0: the general kernel takes all.
+      // short_sequences 1: the short-sequence kernel takes the sequences of at most 16 tokens and
+      // state_long_items_kernel, launched first, the rest (chunks of 64 only); with an item counter (taken) the short
+      // kernel's blocks take items as they get to them, without it a fixed share each. 0: the general kernel takes all.
       struct FoldForm {
         int v_tile, output_warps, short_sequences;
+        bool taken;
       };
-      for (FoldForm form : {FoldForm{32, 0, 0}, FoldForm{32, kernels::kStateOutputWarps, 0}, FoldForm{64, 0, 0},
-                            FoldForm{64, 0, 1}}) {
+      for (FoldForm form : {FoldForm{32, 0, 0, false}, FoldForm{32, kernels::kStateOutputWarps, 0, false},
+                            FoldForm{64, 0, 0, false}, FoldForm{64, 0, 1, false}, FoldForm{64, 0, 1, true}}) {
         const int v_tile = form.v_tile;
         if (V % v_tile != 0 || (form.output_warps > 0 && !kda::detail::kNamedBarriers)) continue;
         if (form.short_sequences == 1 && BT != 64) continue;  // refused (StagesValidation)
         for (int offset : {0, 2}) {
-          DeviceBuffer o_f(T * H * V * 2 + 16), ht_f(state_bytes);
+          DeviceBuffer o_f(T * H * V * 2 + 16), ht_f(state_bytes), taken(sizeof(unsigned));
+          EXPECT_EQ(hipMemsetAsync(taken.get(), 0, sizeof(unsigned), nullptr), hipSuccess);
           EXPECT_EQ(hipMemsetAsync(o_f.get(), 0xff, T * H * V * 2 + 16, nullptr), hipSuccess);
           char* o_at = o_f.as<char>() + offset;
           StateRecurrenceArgs f = a;
@@ -441,11 +444,12 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           f.warps = 8;
           f.output_warps = form.output_warps;
           f.short_sequences = form.short_sequences;
+          if (form.taken) f.short_items_taken = taken.as<unsigned>();
           EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
           const std::string where = tag + "folded output, v_tile " + std::to_string(v_tile) + ", output warps " +
                                     std::to_string(form.output_warps) + ", short sequences " +
-                                    std::to_string(form.short_sequences) + ", o offset " + std::to_string(offset) +
-                                    ", " + mode_name(mode);
+                                    std::to_string(form.short_sequences) + (form.taken ? " with a counter" : "") +
+                                    ", o offset " + std::to_string(offset) + ", " + mode_name(mode);
           EXPECT_EQ(download_raw(o_at, T * H * V * 2), want_o) << where << ": o differs from the output stage's";
           EXPECT_EQ(ht_f.download_bytes(), want_state) << where << ": final state differs";
         }
@@ -737,6 +741,21 @@ TEST(StagesShortSequences, LauncherChoosesTheShortKernelForShortBatches) {
   a = folded(2048, 256);
   a.short_sequences = 1;
   EXPECT_TRUE(detail::state_short_kernel_used(a)) << "forced on";
+
+  // Its ticket form (beside the long sequences' chains): only with a counter, and not where the builder's tables show
+  // that no sequence spans two chunks (the bed's tables are the builder's; their host NT is set here).
+  unsigned word = 0;
+  a = folded(2048, 256);
+  a.geometry.metadata.num_chunks = 284;
+  EXPECT_FALSE(detail::state_short_tickets_used(a)) << "no counter";
+  a.short_items_taken = &word;  // never dereferenced by the host
+  EXPECT_TRUE(detail::state_short_tickets_used(a)) << "NT > N: a chain may run";
+  a.geometry.metadata.num_chunks = a.geometry.metadata.num_sequences;
+  EXPECT_FALSE(detail::state_short_tickets_used(a)) << "NT = N: no chain";
+  a.geometry.metadata.chunk_indices = IndexSpan{};
+  a.geometry.metadata.chunk_offsets = IndexSpan{};
+  a.geometry.metadata.num_chunks = -1;
+  EXPECT_TRUE(detail::state_short_tickets_used(a)) << "derived tables: the host cannot tell";
 }
 
 // A forced V-tile width or warp count the kernels do not have is refused before anything is enqueued.

@@ -94,18 +94,21 @@ struct ResolvedChunks {
 };
 
 // Uses the caller's tables, or derives them on the device into `workspace` (derived_metadata_bytes of it).
-// clear_device_status (chunk_kda_fwd, whose status word reports on one call): m.device_status is zeroed first, in
-// stream order, by the derivation kernel itself when it runs (one launch fewer) and by a 4-byte memset otherwise.
+// clear_words (chunk_kda_fwd, whose status word reports on one call): that many 32-bit words from m.device_status on
+// (its status word, then the state stage's item counter) are zeroed first, in stream order, by the derivation
+// kernel itself when it runs (one launch fewer) and by a memset otherwise.
 inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* workspace, size_t workspace_bytes,
-                             hipStream_t stream, ResolvedChunks* out, bool clear_device_status = false) {
+                             hipStream_t stream, ResolvedChunks* out, int clear_words = 0) {
   ChunkTable& t = out->table;
   t.cu_seqlens = m.cu_seqlens;
   t.num_sequences = m.num_sequences;
   t.total_tokens = m.total_tokens;
   t.device_status = m.device_status;
-  const bool clear = clear_device_status && m.device_status != nullptr;
+  if (m.device_status == nullptr) clear_words = 0;
   if (m.has_tables()) {
-    if (clear) KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(m.device_status, 0, sizeof(uint32_t), stream));
+    if (clear_words > 0) {
+      KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(m.device_status, 0, sizeof(uint32_t) * clear_words, stream));
+    }
     t.chunk_indices = m.chunk_indices;
     t.chunk_offsets = m.chunk_offsets;
     t.num_chunks_host = m.num_chunks;
@@ -123,7 +126,7 @@ inline Status resolve_chunks(const ChunkMetadataArgs& m, int chunk_size, void* w
   auto* indices = reinterpret_cast<int32_t*>(base + align_up(sizeof(int32_t) * size_t(m.num_sequences + 2),
                                                             kWorkspaceAlignment));
   kernels::derive_chunk_tables_kernel<<<1, kernels::kOffsetsScanThreads, 0, stream>>>(t, chunk_size, nt_max, offsets,
-                                                                                      nt, indices, clear);
+                                                                                      nt, indices, clear_words);
   KDA_RETURN_IF_LAUNCH_ERROR();
   t.chunk_indices = IndexSpan{indices, IndexType::kInt32};
   t.chunk_offsets = IndexSpan{offsets, IndexType::kInt32};

@@ -59,6 +59,12 @@ struct StateRecurrenceArgs {
   // choice (detail::state_short_kernel_used), 0 = the general kernel takes them, 1 = a kernel of their own takes
   // them (state_recurrence_short_mma.hpp; needs what detail::state_short_kernel_ok lists). Either gives the same bits.
   int short_sequences = -1;
+  // Optional, for the short-sequence kernel: a device word that is zero when the stage starts (the launch may leave it
+  // nonzero). With it, where a long sequence may span several chunks (detail::state_short_tickets_used), that
+  // kernel starts beside the long sequences' chains and its blocks take their items as they get to them; null: the
+  // chains run first, then the short items, a fixed share per block. chunk_kda_fwd passes a word of its workspace that
+  // it clears with its status word. Either gives the same bits.
+  unsigned* short_items_taken = nullptr;
 };
 
 // Whether a has the output folded in.
@@ -134,12 +140,10 @@ inline bool state_short_kernel_ok(const StateRecurrenceArgs& a) {
 }
 
 // Whether the launcher runs the short-sequence kernel for a's short sequences: where it can, for batches of short
-// sequences (short_sequence_batch: sequences averaging at most 16 tokens). The two kernels run one after the other,
-// while the general kernel alone overlaps short sequences with long chains: where a batch mixes many decodes with a
-// long prefill, the split saves the decodes' time but puts the chain after it, so the bar is low (a speculative
-// batch of up to 16 tokens per sequence passes). Elsewhere the general kernel takes every sequence and no second
-// launch is made. On AMD never by itself: its ~90 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per
-// block, and it was measured on NVIDIA only.
+// sequences (short_sequence_batch: sequences averaging at most 16 tokens; state_long_items_kernel runs the longer
+// ones beside it). Elsewhere the general kernel takes every sequence.
+// On AMD never by itself: its ~97 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per block, and it was
+// measured on NVIDIA only.
 inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
   if (a.short_sequences == 0 || !state_short_kernel_ok(a)) return false;
   if (a.short_sequences == 1) return true;
@@ -149,6 +153,15 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 #else
   return false;
 #endif
+}
+
+// Whether the short-sequence kernel runs its ticket form beside the long sequences: where a counter is given and a
+// sequence may span several chunks, a chain of chunk steps that would otherwise hold the short items back. The host
+// rules that out only with the builder's tables (NT = N: no sequence spans two chunks); with derived tables it
+// cannot, and the tickets cost ~4 % of the stage on a batch without chains (docs/performance.md v42).
+inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
+  const ChunkMetadataArgs& m = a.geometry.metadata;
+  return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences);
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
@@ -178,26 +191,13 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   return Status();
 }
 
-// kLongOnly: the partner of the short-sequence kernel, whose blocks each look at up to one item per thread (the
-// items b, b + G, ...). G is kLongOnlyWaves times the blocks the device holds at once (fewer where there are fewer
-// items): a block runs its long items in turn, so G well above the resident blocks keeps two long items from
-// sharing a block while others sit idle, and lets the scheduler balance them; the blocks with none exit after one
-// load (spec256x8: 264 blocks 3 us, 16,384 blocks 53 us; ncu, H200).
-constexpr int64_t kLongOnlyWaves = 8;
-template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0, bool kLongOnly = false>
+template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps, kLongOnly>;
+  constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps>;
   constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold, OutWarps>();
   constexpr int kThreads = (Warps + OutWarps) * kWarpSize;
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
-  const int64_t items = sequences_heads * (p.head_dim_v / TileV);
-  int64_t blocks = items;
-  if constexpr (kLongOnly) {
-    int64_t resident = 0;
-    KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
-    const int64_t fewest = (items + kThreads - 1) / kThreads;  // one item per thread at most
-    blocks = std::max(fewest, std::min(items, kLongOnlyWaves * resident));
-  }
+  const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
@@ -230,19 +230,54 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_ti
   }
 }
 
-// The short-sequence kernel over every item (sequence, head, 64-column V-tile) in a grid-stride loop: as many blocks as
-// the device holds at once, or fewer where there are fewer items.
-template <typename E, int BT, int K>
-inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
-  constexpr auto kKernel = kernels::state_short_mma_kernel<E, BT, K>;
-  constexpr size_t kShared = kernels::state_short_shared_bytes<K>();
+// The short-sequence kernel over every item (sequence, head, 64-column V-tile): as many blocks as the device holds at
+// once, or fewer where there are fewer items; its blocks loop over the items. Unless every sequence is short,
+// state_long_items_kernel goes first with L blocks, each looking at up to one item per thread (items b, b + L, ...):
+// L is kLongItemWaves times the blocks the device holds at once (fewer where there are fewer items). A block runs
+// its long items in turn, so L well above the resident blocks keeps two long items from sharing a block while others
+// sit idle; the blocks with none exit after one load (spec256x8: 264 blocks 3 us, 16,384 blocks 53 us; ncu, H200).
+// With tickets (NVIDIA) the short kernel then starts as soon as every long-item block has (programmatic stream
+// serialization), beside the long sequences' chains.
+constexpr int64_t kLongItemWaves = 8;
+template <typename E, int BT, int K, bool kTickets>
+inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool all_short,
+                                 hipStream_t stream) {
   constexpr int kThreads = kernels::kShortStateWarps * kWarpSize;
-  KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
-  int64_t resident = 0;
-  KDA_RETURN_IF_ERROR(resident_blocks<kKernel>(kThreads, kShared, &resident));
   const int64_t items = sequences_heads * (p.head_dim_v / kernels::kShortStateTileV);
-  const int64_t blocks = std::min(items, resident);
-  kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
+  if (!all_short) {
+    constexpr auto kLong = kernels::state_long_items_kernel<E, BT, K>;
+    constexpr size_t kLongShared = kernels::state_mma_shared_bytes<BT, K, kernels::kShortStateTileV, true, 0>();
+    KDA_RETURN_IF_ERROR(allow_dynamic_shared<kLong>(kLongShared));
+    int64_t resident = 0;
+    KDA_RETURN_IF_ERROR(resident_blocks<kLong>(kThreads, kLongShared, &resident));
+    const int64_t fewest = (items + kThreads - 1) / kThreads;  // one item per thread at most
+    const int64_t blocks = std::max(fewest, std::min(items, kLongItemWaves * resident));
+    kLong<<<static_cast<unsigned>(blocks), kThreads, kLongShared, stream>>>(p);
+    KDA_RETURN_IF_LAUNCH_ERROR();
+  }
+  constexpr auto kShort = kernels::state_short_mma_kernel<E, BT, K, kTickets>;
+  constexpr size_t kShared = kernels::state_short_shared_bytes<K>();
+  KDA_RETURN_IF_ERROR(allow_dynamic_shared<kShort>(kShared));
+  int64_t resident = 0;
+  KDA_RETURN_IF_ERROR(resident_blocks<kShort>(kThreads, kShared, &resident));
+  const unsigned blocks = static_cast<unsigned>(std::min(items, resident));
+#if defined(KDA_PLATFORM_CUDA)
+  if (kTickets && !all_short) {  // beside the long items (without tickets, late blocks would hold their share back)
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kShared;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    KDA_RETURN_IF_RUNTIME_ERROR(cudaLaunchKernelEx(&config, kShort, p));
+    return Status();
+  }
+#endif
+  kShort<<<blocks, kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
 }
@@ -281,20 +316,19 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     constexpr int BT = decltype(bt)::value;
     const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
     const bool fold = state_folds_output(a);
-    // With the short-sequence kernel, the general one (64 columns, its kLongOnly form) leaves it the sequences of at
-    // most kShortStateRows tokens; where every sequence is that short (T itself is), it is not launched.
+    // The short-sequence kernel takes the sequences of at most kShortStateRows tokens, state_long_items_kernel the
+    // rest; where every sequence is that short (T itself is), the latter is not launched.
     if constexpr (BT == 64) {
       if (state_short_kernel_used(a)) {
         p.short_rows = kernels::kShortStateRows;
         const bool all_short = g.metadata.total_tokens <= kernels::kShortStateRows;
-        auto both = [&](auto k) -> Status {
-          constexpr int K = decltype(k)::value, kWide = kernels::kStateMmaWideWarps;
-          if (!all_short) {
-            KDA_RETURN_IF_ERROR((launch_state_mma<E, BT, K, 64, kWide, true, 0, true>(p, sequences_heads, stream)));
-          }
-          return launch_state_short<E, BT, K>(p, sequences_heads, stream);
+        auto launch = [&](auto k) -> Status {
+          constexpr int K = decltype(k)::value;
+          if (!state_short_tickets_used(a)) return launch_state_short<E, BT, K, false>(p, sequences_heads, all_short, stream);
+          p.short_items_taken = a.short_items_taken;
+          return launch_state_short<E, BT, K, true>(p, sequences_heads, all_short, stream);
         };
-        return g.head_dim_k == 64 ? both(std::integral_constant<int, 64>{}) : both(std::integral_constant<int, 128>{});
+        return g.head_dim_k == 64 ? launch(std::integral_constant<int, 64>{}) : launch(std::integral_constant<int, 128>{});
       }
     }
     if (g.head_dim_k == 64) {

@@ -74,6 +74,21 @@ __device__ inline void copy16_async_wait_prior() {
 #endif
 }
 
+// Programmatic dependent launch (NVIDIA sm_90+; no-ops elsewhere and in kernels launched without it):
+// allow_dependent_launch() lets the next kernel in the stream, when launched with programmatic stream serialization,
+// start once every block of this one has called it or exited; wait_for_prior_grid() waits until the kernel before
+// this one has completed and its writes are visible.
+__device__ inline void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP__)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ inline void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP__)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Named barriers (NVIDIA: bar.sync / bar.arrive on barrier ids 1-15; id 0 is __syncthreads), for blocks whose warps
 // play different roles: named_barrier_sync waits until `threads` threads (a multiple of the warp size) have reached
 // barrier `id`, by either call; named_barrier_arrive counts the calling warp's threads and goes on without waiting.
