@@ -36,6 +36,8 @@ void print_help() {
       "  --kda_state_warps=N  the same benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
       "  --kda_state_output_warps=N  state_recurrence stage benchmarks with the output folded in force N output\n"
       "                       warps (0, 8; default: the launcher's)\n"
+      "  --kda_state_short_sequences=N  the same benchmarks force the short-sequence kernel on (1) or off (0)\n"
+      "  --kda_state_fixed_share  the same benchmarks give that kernel no item counter (its plain form)\n"
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
       bench_options().calls, bench_options().warmup, kDefaultMinTime);
   benchmark::PrintDefaultHelp();
@@ -81,12 +83,15 @@ int main(int argc, char** argv) {
       bench_options().output_separate = true;
     } else if (bool_flag(a, "--kda_staged")) {
       bench_options().staged = true;
+    } else if (bool_flag(a, "--kda_state_fixed_share")) {
+      bench_options().state_fixed_share = true;
     } else if (bool_flag(a, "--kda_graph")) {
       bench_options().graph = true;
     } else if (int_flag(a, "--kda_calls", &bench_options().calls) || int_flag(a, "--kda_warmup", &bench_options().warmup) ||
                int_flag(a, "--kda_state_v_tile", &bench_options().state_v_tile) ||
                int_flag(a, "--kda_state_warps", &bench_options().state_warps) ||
-               int_flag(a, "--kda_state_output_warps", &bench_options().state_output_warps)) {
+               int_flag(a, "--kda_state_output_warps", &bench_options().state_output_warps) ||
+               int_flag(a, "--kda_state_short_sequences", &bench_options().state_short_sequences)) {
     } else {
       if (bool_flag(a, "--benchmark_list_tests")) list_only = true;
       if (starts_with(a, "--benchmark_list_tests=")) list_only = bool_flag(a, "--benchmark_list_tests");

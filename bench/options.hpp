@@ -15,6 +15,13 @@ struct BenchOptions {
   // --kda_state_output_warps=N: output warps of the state_recurrence stage benchmark where the output is folded in
   // (0 or 8; -1 = launcher's, the default)
   int state_output_warps = -1;
+  // --kda_state_short_sequences=N: the state_recurrence stage benchmarks where the output is folded in force
+  // StateRecurrenceArgs::short_sequences (0: the general kernel takes every sequence, 1: the short-sequence kernel;
+  // -1 = launcher's, the default)
+  int state_short_sequences = -1;
+  // --kda_state_fixed_share: the same benchmarks pass the short-sequence kernel no item counter, so that it runs its
+  // plain form (a fixed share of the items per block, after the long sequences; no memset before each launch)
+  bool state_fixed_share = false;
   // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
   // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;

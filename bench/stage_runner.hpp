@@ -117,6 +117,13 @@ class StageRunner {
       state_.warps = state_with_h_.warps;
     } else {
       state_.output_warps = bench_options().state_output_warps;
+      state_.short_sequences = bench_options().state_short_sequences;
+    }
+    // chunk_kda_fwd hands the state launch an item counter that it clears once per call; here a word of the
+    // runner's own, cleared by a 4-byte memset before each launch (timed with it).
+    if (scratch_.is_ok() && !bench_options().state_fixed_share) {
+      scratch_ = runtime_status(items_taken_.allocate(sizeof(unsigned)));
+      state_.short_items_taken = static_cast<unsigned*>(items_taken_.get());
     }
 
     // The metadata region of the workspace: where a stage derives its tables when the caller passes none (0 bytes
@@ -144,7 +151,11 @@ class StageRunner {
         if (!inputs_fusable_) return unsupported("prepare_inputs: K and V must be 64 or 128");
         return launch_chunk_prepare_inputs(prepare_inputs_, meta_ws_, meta_bytes_, stream);
       case StageKind::kRecomputeWu: return launch_recompute_w_u(wu_, meta_ws_, meta_bytes_, stream);
-      case StageKind::kStateRecurrence: return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
+      case StageKind::kStateRecurrence:
+        if (state_.short_items_taken != nullptr) {
+          KDA_RETURN_IF_RUNTIME_ERROR(hipMemsetAsync(state_.short_items_taken, 0, sizeof(unsigned), stream));
+        }
+        return launch_state_recurrence(state_, meta_ws_, meta_bytes_, stream);
       case StageKind::kStateWithH: return launch_state_recurrence(state_with_h_, meta_ws_, meta_bytes_, stream);
       case StageKind::kChunkOutput: return launch_chunk_output(out_, meta_ws_, meta_bytes_, stream);
     }
@@ -166,6 +177,7 @@ class StageRunner {
   bool inputs_fusable_ = false;
   DeviceBuffer fused_, staged_, separate_;  // the two forms' workspaces, and the separate output form's
   DeviceBuffer v_new_;   // the state stages' v_new (chunk_kda_fwd's is u's buffer)
+  DeviceBuffer items_taken_;  // state_'s item counter
   StateRecurrenceArgs state_, state_with_h_;
   ChunkOutputArgs out_;
   void* meta_ws_ = nullptr;
