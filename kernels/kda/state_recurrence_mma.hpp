@@ -636,17 +636,16 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
 // The long sequences' share of a batch that the short-sequence kernel (state_recurrence_short_mma.hpp) runs: that
 // kernel takes the sequences of at most p.short_rows tokens, state_long_items_kernel the rest. The host cannot tell
 // which sequences are long (their lengths are on the device), so a block per item would mostly start blocks that
-// find nothing to do: 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b of these `blocks` looks
-// at items b, b + blocks, b + 2 blocks, ... (at most one per thread, the launcher sizes `blocks` so), all at once,
-// one load each, and runs the long ones in turn.
+// find nothing to do: 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b of the G blocks looks at
+// items b, b + G, b + 2G, ... (at most one per thread, the launcher sizes G so), all at once, one load each, and
+// runs the long ones in turn.
 template <typename E, int BT, int K, int TileV, int Warps, bool kFoldOutput>
-__device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenceParams& p, unsigned block,
-                                                            unsigned blocks) {
+__device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenceParams& p) {
   constexpr int kThreads = Warps * kWarpSize;
   __shared__ unsigned long_items[kThreads];  // items < 2^31 (the launcher checks)
   __shared__ int num_long;
   const int64_t items = p.chunks.num_sequences * p.num_heads * (p.head_dim_v / TileV);
-  const int64_t item = block + int64_t(threadIdx.x) * blocks;
+  const int64_t item = blockIdx.x + int64_t(threadIdx.x) * gridDim.x;
   if (threadIdx.x == 0) num_long = 0;
   __syncthreads();
   if (item < items) {

@@ -152,7 +152,8 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // The item of candidate c if its sequence is short, else of the first short one the block takes after it (loading
   // those indices on the path: a batch that runs this kernel is mostly short sequences). index -1: none left.
   // With tickets, a long candidate's item is one that does nothing (no rows, no state in or out): the loop below
-  // goes on to the next ticket, so that no barrier sits in this lookup (one there cost ~10 % on spec256x8).
+  // goes on to the next ticket, so that the lookup never takes one itself (which needs two barriers; call CB measured
+  // the same time either way).
   auto resolve = [&](const Candidate& c) {
     int64_t i = c.index;
     SequenceIndices x = c.x;
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(kStateMmaWideWarps * kWarpSize,
                                   (state_mma_min_blocks<kShortStateTileV, kStateMmaWideWarps, true>()))
     state_long_items_kernel(StateRecurrenceParams p) {
   detail::allow_dependent_launch();
-  state_recurrence_long_items<E, BT, K, kShortStateTileV, kStateMmaWideWarps, true>(p, blockIdx.x, gridDim.x);
+  state_recurrence_long_items<E, BT, K, kShortStateTileV, kStateMmaWideWarps, true>(p);
 }
 
 }  // namespace kda::kernels

@@ -324,11 +324,14 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
         const bool all_short = g.metadata.total_tokens <= kernels::kShortStateRows;
         auto launch = [&](auto k) -> Status {
           constexpr int K = decltype(k)::value;
-          if (!state_short_tickets_used(a)) return launch_state_short<E, BT, K, false>(p, sequences_heads, all_short, stream);
+          if (!state_short_tickets_used(a)) {
+            return launch_state_short<E, BT, K, false>(p, sequences_heads, all_short, stream);
+          }
           p.short_items_taken = a.short_items_taken;
           return launch_state_short<E, BT, K, true>(p, sequences_heads, all_short, stream);
         };
-        return g.head_dim_k == 64 ? launch(std::integral_constant<int, 64>{}) : launch(std::integral_constant<int, 128>{});
+        return g.head_dim_k == 64 ? launch(std::integral_constant<int, 64>{})
+                                  : launch(std::integral_constant<int, 128>{});
       }
     }
     if (g.head_dim_k == 64) {
