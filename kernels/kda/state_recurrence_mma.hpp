@@ -627,37 +627,89 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   }
 }
 
+// Which item block b of state_recurrence_mma_kernel takes. Blocks start in index order, and an item's time is its
+// sequence's chain of chunk steps, so the longest chains should start first: where they start late they run in rounds
+// after everything else (mixed64's state stage 0.365 ms in index order; docs/performance.md v43).
+//   - Up to kStateSortedSequences sequences: longest first (ties in index order). Thread t ranks sequence t
+//     against the others' lengths in shared memory; the block takes the sequence whose rank is b's.
+//   - More: from the last item back. Engines lay a batch out decodes first, then prefills (KDA_SPEC §5), so the
+//     prefills' chains start first and the one-step decode items fill the multiprocessors around them; sorting
+//     that many sequences in every block would cost the decode items' blocks more than it saves.
+// The order's shared memory stays small: the 64-column kernel's two blocks per SM sit ~0.7 KB under the 196 KB
+// shared-memory carveout. A build with 256 more bytes here (64 int64 lengths) ran varlen16's state stage 10 % slower
+// on otherwise identical instructions (call CH), most likely because the blocks then need the 228 KB carveout,
+// which leaves L1 28 KB instead of 60 (not verified).
+constexpr int kStateSortedSequences = 32;
+__device__ inline unsigned state_item_in_order(const StateRecurrenceParams& p, int items_per_sequence) {
+  const int64_t N = p.chunks.num_sequences;
+  if (N <= 1) return blockIdx.x;  // uniform over the grid
+  if (N > kStateSortedSequences) return gridDim.x - 1 - blockIdx.x;
+  __shared__ int length_s[kStateSortedSequences];  // < 2^31 tokens (the launcher's limit)
+  __shared__ int sequence_s;
+  const int rank = blockIdx.x / items_per_sequence;
+  if (threadIdx.x < N) {
+    int64_t bos, eos;
+    p.chunks.sequence_range(threadIdx.x, &bos, &eos);
+    length_s[threadIdx.x] = int(eos - bos);
+  }
+  __syncthreads();
+  if (threadIdx.x < N) {
+    const int mine = length_s[threadIdx.x];
+    int before = 0;  // sequences that go first: longer, or as long and earlier
+    for (int m = 0; m < N; ++m) before += length_s[m] > mine || (length_s[m] == mine && m < int(threadIdx.x));
+    if (before == rank) sequence_s = threadIdx.x;
+  }
+  __syncthreads();
+  return unsigned(sequence_s) * items_per_sequence + blockIdx.x % items_per_sequence;
+}
+
 template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0>
 __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
-  state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, blockIdx.x);
+  static_assert((Warps + OutWarps) * kWarpSize >= kStateSortedSequences, "a thread per sequence");
+  const unsigned item = state_item_in_order(p, p.num_heads * (p.head_dim_v / TileV));
+  state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, item);
 }
 
 // The long sequences' share of a batch that the short-sequence kernel (state_recurrence_short_mma.hpp) runs: that
 // kernel takes the sequences of at most p.short_rows tokens, state_long_items_kernel the rest. The host cannot tell
 // which sequences are long (their lengths are on the device), so a block per item would mostly start blocks that
 // find nothing to do: 53 us of 16,384 such blocks on spec256x8 (ncu, H200). Instead block b of the G blocks looks at
-// items b, b + G, b + 2G, ... (at most one per thread, the launcher sizes G so), all at once, one load each, and
-// runs the long ones in turn.
+// items I - 1 - b, I - 1 - b - G, ... of the I items (one per thread t: item I - 1 - b - t G; the launcher sizes G
+// so), all at once, one load each, and runs the long ones in turn, in thread order. From the last item back, as
+// state_recurrence_mma_kernel: a decode-first batch's prefills start first. Which threads found a long item is one
+// bit each in shared memory, not a list of items: the list's 1 KB put two blocks per SM over the 196 KB
+// shared-memory carveout (see kStateSortedSequences).
 template <typename E, int BT, int K, int TileV, int Warps, bool kFoldOutput>
 __device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenceParams& p) {
-  constexpr int kThreads = Warps * kWarpSize;
-  __shared__ unsigned long_items[kThreads];  // items < 2^31 (the launcher checks)
-  __shared__ int num_long;
-  const int64_t items = p.chunks.num_sequences * p.num_heads * (p.head_dim_v / TileV);
-  const int64_t item = blockIdx.x + int64_t(threadIdx.x) * gridDim.x;
-  if (threadIdx.x == 0) num_long = 0;
+  constexpr int kThreads = Warps * kWarpSize, kWords = kThreads / 32;
+  __shared__ unsigned long_mask[kWords];  // bit t % 32 of word t / 32: thread t's item is long
+  // Thread t's item (items < 2^31: the launcher checks), formed from the parameters wherever it is needed, so that
+  // nothing but t lives across the loop below.
+  auto item_of = [&](int t) {
+    return p.chunks.num_sequences * p.num_heads * (p.head_dim_v / TileV) - 1 -
+           (blockIdx.x + int64_t(t) * gridDim.x);
+  };
+  if (threadIdx.x < kWords) long_mask[threadIdx.x] = 0;
   __syncthreads();
-  if (item < items) {
+  const int64_t item = item_of(threadIdx.x);
+  if (item >= 0) {
     int64_t bos, eos;
     p.chunks.sequence_range(item / (int64_t(p.head_dim_v / TileV) * p.num_heads), &bos, &eos);
-    if (eos - bos > p.short_rows) long_items[atomicAdd(&num_long, 1)] = unsigned(item);  // in any order
+    if (eos - bos > p.short_rows) atomicOr(&long_mask[threadIdx.x / 32], 1u << (threadIdx.x % 32));
   }
+  // The first thread at or after t whose item is long; kThreads if none.
+  auto next_long = [&](int t) {
+    for (; t < kThreads; t = (t / 32 + 1) * 32) {
+      const unsigned bits = long_mask[t / 32] >> (t % 32);
+      if (bits != 0) return t + __ffs(bits) - 1;
+    }
+    return kThreads;
+  };
   __syncthreads();
-  const int count = num_long;
-  for (int i = 0; i < count; ++i) {
-    if (i > 0) __syncthreads();  // the previous item is done with shared memory
-    state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, 0>(p, long_items[i]);
+  for (int t = next_long(0); t < kThreads; t = next_long(t + 1)) {
+    state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, 0>(p, unsigned(item_of(t)));
+    __syncthreads();  // the item is done with shared memory
   }
 }
 
