@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __shared__ float beta_s[BT];
   __shared__ float glast_s[K];
   detail::ChunkCoords chunk;
-  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
+  if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = blockIdx.y;
   if (kShortPath && chunk.length <= kShortChunkRows) {  // uniform over the block
     chunk_prepare_short_block<E, BT, K, V>(ip, wp, chunk, h, smem, beta_s, v_vector);
@@ -72,7 +72,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   using IntraL = IntraMmaLayout<BT>;
   detail::ChunkCoords chunk;
-  if (!detail::locate_chunk<BT>(ip.chunks, blockIdx.x, &chunk)) return;
+  if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = blockIdx.y;
   if (kShortChunks && chunk.length <= kShortChunkRows) {  // uniform over the block
     chunk_prepare_inputs_short_block<E, BT, K, V>(ip, wp, in, chunk, h, smem, beta_s, v_vector);

@@ -259,7 +259,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
       const float bias = in->dt_bias != nullptr ? in->dt_bias[int64_t(h) * K + tid] : 0.0f;
       const GateKind gate = in->gate;
       const float lower_bound = in->lower_bound;
-      float* const g_last = in->G_last + (int64_t(blockIdx.x) * ip.num_heads + h) * K + tid;
+      float* const g_last = in->G_last + (detail::block_chunk_id() * ip.num_heads + h) * K + tid;
       constexpr int kSeg = detail::kGateSumSegment;
       static_assert(kRows % kSeg == 0, "whole segments");
       float base = 0.0f;  // the earlier segments' totals

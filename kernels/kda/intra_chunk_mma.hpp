@@ -356,7 +356,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         if (i < chunk.length) g_s[i * kLdS + c] = g;
         if (i == chunk.length - 1) {
           glast_s[d0 + c] = g;
-          in->G_last[(int64_t(blockIdx.x) * p.num_heads + h) * p.head_dim + d0 + c] = g;
+          in->G_last[(detail::block_chunk_id() * p.num_heads + h) * p.head_dim + d0 + c] = g;
         }
       }
     }

@@ -59,6 +59,12 @@ struct ChunkCoords {
   int length;       // valid rows, 1..BT
 };
 
+// The global chunk a block of a chunk-parallel prepare kernel (grid x over chunk ids) takes: from the last back.
+// Blocks start in index order, and engines lay a batch out decodes first, then prefills (KDA_SPEC §5), so the
+// prefills' full chunks, the longest blocks, start first and the short ones fill the multiprocessors at the end
+// (docs/performance.md v43). Chunk ids past the device's NT (derived tables) exit at once, as before.
+__device__ inline int64_t block_chunk_id() { return int64_t(gridDim.x) - 1 - blockIdx.x; }
+
 // Looks up global chunk `g`; returns false when g is past NT (the block has nothing to do). Rows are clamped to
 // the sequence and the sequence to [0, T], so a table that disagrees with cu_seqlens, or a malformed cu_seqlens,
 // never sends a block outside its sequence or outside the tensors; such a chunk is reported and skipped.
