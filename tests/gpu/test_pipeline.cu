@@ -573,6 +573,37 @@ TEST(ChunkKdaGraph, CaptureReplayWithNewInputsMatchesDirectCall) {
   }
 }
 
+// The short-sequence state kernel takes items by ticket where a sequence may span several chunks: every call clears
+// the counter word after the status word, so after a call it holds the tickets taken. A speculative batch (NT = N)
+// takes none with the builder's tables (the host rules chains out) and takes them with derived ones (the host cannot);
+// decodes beside a prefill (NT > N) take them in both modes.
+TEST(ChunkKdaShortState, TicketsWhereTheHostCannotRuleAChainOut) {
+  ASSERT_TRUE(have_gpu());
+  for (const Batch& b : {Batch{"spec64x8", spec_cu(64, 8), 2, 128, 128},
+                         Batch{"short_mix", decode_prefill_cu(40, {300}), 2, 128, 128}}) {
+    for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+      const bool tickets = b.name == "short_mix" || mode == MetadataMode::kDeviceDerived;
+      DeviceProblemOptions opt;
+      opt.mode = mode;
+      auto dp = make_device_problem(kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 7), opt);
+      ASSERT_NE(dp, nullptr);
+      ASSERT_TRUE(detail::state_short_kernel_used(
+          detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get()).state))
+          << b.name << ": the short-sequence kernel is not in use";
+      KDA_ASSERT_OK(run_chunk_kda(*dp));
+      uint32_t words[2] = {};
+      KDA_ASSERT_RT(hipMemcpy(words, chunk_kda_device_status(dp->workspace.get()), sizeof(words),
+                              hipMemcpyDeviceToHost));
+      EXPECT_EQ(words[0], 0u) << b.name << " " << mode_name(mode) << ": device status";
+      if (tickets) {
+        EXPECT_GT(words[1], 0u) << b.name << " " << mode_name(mode) << ": no ticket taken";
+      } else {
+        EXPECT_EQ(words[1], 0u) << b.name << " " << mode_name(mode) << ": tickets taken where the host ruled them out";
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Engine-facing features: state pool, aliasing, strided views
 // ---------------------------------------------------------------------------------------------------------------
