@@ -243,10 +243,20 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
     const int64_t after_next = taken != nullptr ? int64_t(handoff_s) : int64_t(next.index) + blocks;
     const Operands op = operands(b);
 
-    // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products.
+    // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products. Where an
+    // accumulator pair is two neighbours in a row, one 8-byte load: a half-warp's pairs then cover 32 distinct banks,
+    // where two 4-byte loads each hit rows r and r + 4 in the same bank (ncu, call CK: 21 % of the kernel's shared
+    // load wavefronts were such conflicts). Step A is the stretch in which none of the block's copies are in flight.
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
-      s0 = cur.load_initial ? state_f[d0 * kLdF + col0] : 0.0f;
-      s1 = cur.load_initial ? state_f[d1 * kLdF + col1] : 0.0f;
+      if constexpr (m::kAccPairsInRows) {
+        const float2 v = cur.load_initial ? *reinterpret_cast<const float2*>(&state_f[d0 * kLdF + col0])
+                                          : make_float2(0.0f, 0.0f);
+        s0 = v.x;
+        s1 = v.y;
+      } else {
+        s0 = cur.load_initial ? state_f[d0 * kLdF + col0] : 0.0f;
+        s1 = cur.load_initial ? state_f[d1 * kLdF + col1] : 0.0f;
+      }
       const uint32_t pair = numeric::pack2<E>(s0, s1);  // round(s0) in the low half
       if constexpr (m::kAccPairsInRows) {
         *reinterpret_cast<uint32_t*>(&round_s[d0 * kLdV + col0]) = pair;
