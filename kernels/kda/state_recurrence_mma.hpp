@@ -699,10 +699,10 @@ __device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenc
     if (eos - bos > p.short_rows) atomicOr(&long_mask[threadIdx.x / 32], 1u << (threadIdx.x % 32));
   }
   // The first thread at or after t whose item is long; kThreads if none.
-  auto next_long = [&](int t) {
+  auto next_long = [&](int t) -> int {
     for (; t < kThreads; t = (t / 32 + 1) * 32) {
       const unsigned bits = long_mask[t / 32] >> (t % 32);
-      if (bits != 0) return t + __ffs(bits) - 1;
+      if (bits != 0) return t + int(__ffs(bits)) - 1;  // __ffs: int on NVIDIA, unsigned on HIP
     }
     return kThreads;
   };
