@@ -7,8 +7,11 @@
 // chunk steps would hold the short items back. There the short kernel's kTickets form is launched with programmatic
 // stream serialization (NVIDIA): it starts as soon as every long-item block has, beside the chains, and its blocks
 // take items by ticket (StateRecurrenceParams::short_items_taken), so that the ones that start behind a chain take
-// fewer (chunked2k's state stage 593 -> 436 us, H200, call CD). The tickets cost ~4 % where no chain runs (spec256x8
-// 360 -> 375 us), so the launcher takes the plain form wherever the host's chunk tables rule chains out.
+// fewer (chunked2k's state stage 593 -> 436 us, H200, call CD). The ticket form costs where no chain runs (spec256x8
+// 360 -> 375 us in call CD; 373 -> 397 in call CF against the plain form launched after the long items), so the
+// launcher takes the plain form wherever the host's chunk tables rule chains out. The cost is the form's code and
+// launch, not only its atomics: taking fixed shares in it where the device's NT <= N measured slower still (417 us,
+// calls CG and CH; docs/performance.md v43).
 // (One kernel with both kinds of blocks measured slower: ptxas then spilled in the short items' loop; call BW.)
 //
 // Why a kernel of its own. A short sequence is one chunk step, so its cost is moving its fp32 state: the 64-column

@@ -158,7 +158,7 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 // Whether the short-sequence kernel runs its ticket form beside the long sequences: where a counter is given and a
 // sequence may span several chunks, a chain of chunk steps that would otherwise hold the short items back. The host
 // rules that out only with the builder's tables (NT = N: no sequence spans two chunks); with derived tables it
-// cannot, and the tickets cost ~4 % of the stage on a batch without chains (docs/performance.md v42).
+// cannot, and the ticket form costs ~6 % of the stage on a batch without chains (docs/performance.md v42, v43).
 inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
   const ChunkMetadataArgs& m = a.geometry.metadata;
   return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences);
