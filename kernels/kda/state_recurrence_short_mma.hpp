@@ -114,7 +114,10 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int V = p.head_dim_v, H = p.num_heads;
   const int num_v_tiles = V / kTileV;
-  const int64_t items = p.chunks.num_sequences * H * num_v_tiles;
+  // Item i is (sequence, head, V-tile) = (i / (H num_v_tiles), ...): in 32 bits, as the launcher keeps
+  // N H V / kStateTileV below 2^31, so that items plus a ticket per block never reach it.
+  const int items = int(p.chunks.num_sequences * H * num_v_tiles);
+  const int item_stride = int(blocks);
   // Which items a block takes: with a counter, the next untaken one whenever it is ready for one (a ticket: thread 0
   // adds 1 to the counter); without, block, block + blocks, block + 2 blocks, ... In the loop below a ticket is taken
   // during (C) of item t, handed to the block at item t + 1's first barrier (handoff_s), and looked up at its end, so
@@ -124,11 +127,11 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // ones it still holds.
   unsigned* const taken = kTickets ? p.short_items_taken : nullptr;
   __shared__ unsigned ticket_s, handoff_s;
-  auto take_ticket = [&]() -> int64_t {  // where every thread calls it, outside the loop
+  auto take_ticket = [&]() -> int {  // where every thread calls it, outside the loop
     __syncthreads();                     // every thread has read the last ticket
     if (threadIdx.x == 0) ticket_s = atomicAdd(taken, 1u);
     __syncthreads();
-    return ticket_s;
+    return int(ticket_s);
   };
   const int tile0 = warp / kWarpsPerRow, ct0 = (warp % kWarpsPerRow) * kColsPerWarp;
 
@@ -144,12 +147,12 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // A candidate item and its sequence's indices, loaded at the end of the item before (when S has left and its
   // registers are free) and looked at when the next one starts: their latency is off the path.
   struct Candidate {
-    int64_t index;
+    int index;
     SequenceIndices x;
   };
-  auto fetch = [&](int64_t i) {
+  auto fetch = [&](int i) {
     Candidate c{i, {}};
-    if (i < items) c.x = load_sequence_indices(p, i / (int64_t(num_v_tiles) * H));
+    if (i < items) c.x = load_sequence_indices(p, unsigned(i) / unsigned(num_v_tiles * H));
     return c;
   };
   // The item of candidate c if its sequence is short, else of the first short one the block takes after it (loading
@@ -158,19 +161,21 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // goes on to the next ticket, so that the lookup never takes one itself (which needs two barriers; call CB measured
   // the same time either way).
   auto resolve = [&](const Candidate& c) {
-    int64_t i = c.index;
+    int i = c.index;
     SequenceIndices x = c.x;
-    for (; i < items; i += blocks, x = i < items ? fetch(i).x : x) {
+    for (; i < items; i += item_stride, x = i < items ? fetch(i).x : x) {
       const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
       const int64_t length = seq.eos - seq.bos;
       if (length > kShortStateRows) {
         if (taken == nullptr) continue;
-        return Item{int(i), 0, 0, -1, 0, 0, 0, false};
+        return Item{i, 0, 0, -1, 0, 0, 0, false};
       }
       const bool table_ok = seq.num_chunks == 0 || (seq.first_chunk >= 0 && seq.first_chunk < seq.nt);
       if (!table_ok && threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusBadChunkTable);
-      return Item{int(i), int(seq.bos), int(seq.first_chunk), seq.slot, int((i / num_v_tiles) % H),
-                  int(i % num_v_tiles) * kTileV, table_ok ? int(length) : 0, seq.load_initial};
+      const int head_tile = i - int(x.n) * (num_v_tiles * H);  // h num_v_tiles + V-tile
+      const int h = int(unsigned(head_tile) / unsigned(num_v_tiles));
+      return Item{i, int(seq.bos), int(seq.first_chunk), seq.slot, h, (head_tile - h * num_v_tiles) * kTileV,
+                  table_ok ? int(length) : 0, seq.load_initial};
     }
     return Item{-1, 0, 0, -1, 0, 0, 0, false};
   };
@@ -178,38 +183,59 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // Copies of an item's initial state (when it has one) and operands into operand buffer b; the caller commits them
   // as one group. Operand rows past the chunk are zero-filled: kg's must add nothing to the update; the others feed
   // only rows of v_new and o that are never kept.
+  // Each thread's share is fixed: one 16-byte vector of a row of w, kg and qg each, K / kStateRowsPerPass of the state
+  // tile's, and at most one of u, Aqk hi, Aqk lo or G_last (threads in whole warps per matrix). An item's 64-bit base
+  // is formed once; every offset inside a tile or a 16-row chunk fits 32 bits. (The generic loops with 64-bit offsets
+  // per vector were ~330 instructions per warp and item, a third of the kernel's; ncu source counters, call CC.)
+  constexpr int kStateRowVecs = kTileV / 4, kStateRowsPerPass = kThreads / kStateRowVecs;
+  constexpr int kVecsK = K / 8, kVecsV = kTileV / 8, kVecsA = kShortStateRows / 8;
+  constexpr int kCopiesU = kShortStateRows * kVecsV, kCopiesA = kShortStateRows * kVecsA, kCopiesG = K / 4;
+  static_assert(kThreads % kStateRowVecs == 0 && K % kStateRowsPerPass == 0, "whole state rows per pass");
+  static_assert(kShortStateRows * kVecsK <= kThreads && kCopiesU + 2 * kCopiesA + kCopiesG <= kThreads,
+                "at most one vector of each operand per thread");
+  // Element (0, v0) of the state tile of (slot, head h) in the K-first pool (state_offset's, without its layout test).
+  auto state_tile_offset = [&](int64_t slot, int h, int v0) { return (slot * H + h) * (int64_t(K) * V) + v0; };
   auto issue_copies = [&](const Item& it, int b) {
+    const int t = threadIdx.x;
     if (it.load_initial) {
-      const float* src = p.initial_state + state_offset(p, it.slot, it.h, 0, it.v0);
-      constexpr int kRowVecs = kTileV / 4;
+      const int d = t / kStateRowVecs, part = t % kStateRowVecs;
+      const float* src = p.initial_state + state_tile_offset(it.slot, it.h, it.v0) + (d * V + part * 4);
+      float* dst = &state_f[d * kLdF + part * 4];
 #pragma unroll
-      for (int x = 0; x < K * kRowVecs / kThreads; ++x) {
-        const int e = threadIdx.x + x * kThreads, d = e / kRowVecs, part = e % kRowVecs;
-        detail::copy16_async(&state_f[d * kLdF + part * 4], src + int64_t(d) * V + part * 4);
+      for (int x = 0; x < K / kStateRowsPerPass; ++x) {
+        detail::copy16_async(dst + x * kStateRowsPerPass * kLdF, src + x * kStateRowsPerPass * V);
       }
     }
     if (it.rows > 0) {
       const Operands o = operands(b);
-      const int64_t row_stride = int64_t(H);
-      auto copy_rows = [&](uint16_t* dst, int ld, const uint16_t* src, int64_t width, int cols) {
-        const int vecs = cols / 8;  // per row
-        for (int e = threadIdx.x; e < kShortStateRows * vecs; e += kThreads) {
-          const int i = e / vecs, part = e % vecs;
-          const bool valid = i < it.rows;
-          const uint16_t* from = src + ((it.bos + (valid ? i : 0)) * row_stride + it.h) * width + part * 8;  // int64
-          detail::copy16_async_zfill(&dst[i * ld + part * 8], from, valid);
-        }
-      };
-      copy_rows(o.w, kLd, static_cast<const uint16_t*>(p.w), K, K);
-      copy_rows(o.kg, kLd, static_cast<const uint16_t*>(p.kg), K, K);
-      copy_rows(o.qg, kLd, static_cast<const uint16_t*>(p.qg), K, K);
-      copy_rows(o.uv, kLdV, static_cast<const uint16_t*>(p.u) + it.v0, V, kTileV);
-      copy_rows(o.hi, kLdA, static_cast<const uint16_t*>(p.aqk_hi), BT, kShortStateRows);
-      copy_rows(o.lo, kLdA, static_cast<const uint16_t*>(p.aqk_lo), BT, kShortStateRows);
-      // G of the chunk's last row: per chunk where the fused prepare wrote it, else the row of G.
-      const float* g = p.G_last != nullptr ? p.G_last + (int64_t(it.gid) * H + it.h) * K
-                                           : p.G + ((int64_t(it.bos) + it.rows - 1) * H + it.h) * K;
-      for (int e = threadIdx.x; e < K / 4; e += kThreads) detail::copy16_async(&o.glast[e * 4], g + e * 4);
+      const int64_t token_head = int64_t(it.bos) * H + it.h;  // row (bos, h) of a [T,H,...] tensor
+      // Row i of the chunk, or row 0 (a valid address, not read) past it.
+      auto row_offset = [&](int i, int width) { return i < it.rows ? i * H * width : 0; };
+      if (t < kShortStateRows * kVecsK) {
+        const int i = t / kVecsK, part = t % kVecsK;
+        const int64_t at = token_head * K + (row_offset(i, K) + part * 8);
+        const int to = i * kLd + part * 8;
+        detail::copy16_async_zfill(o.w + to, static_cast<const uint16_t*>(p.w) + at, i < it.rows);
+        detail::copy16_async_zfill(o.kg + to, static_cast<const uint16_t*>(p.kg) + at, i < it.rows);
+        detail::copy16_async_zfill(o.qg + to, static_cast<const uint16_t*>(p.qg) + at, i < it.rows);
+      }
+      if (t < kCopiesU) {
+        const int i = t / kVecsV, part = t % kVecsV;
+        const int64_t at = token_head * V + (row_offset(i, V) + it.v0 + part * 8);
+        detail::copy16_async_zfill(o.uv + i * kLdV + part * 8, static_cast<const uint16_t*>(p.u) + at, i < it.rows);
+      } else if (t < kCopiesU + 2 * kCopiesA) {
+        const bool lo = t >= kCopiesU + kCopiesA;
+        const int j = t - kCopiesU - (lo ? kCopiesA : 0), i = j / kVecsA, part = j % kVecsA;
+        const int64_t at = token_head * BT + (row_offset(i, BT) + part * 8);
+        const uint16_t* src = static_cast<const uint16_t*>(lo ? p.aqk_lo : p.aqk_hi) + at;
+        detail::copy16_async_zfill((lo ? o.lo : o.hi) + i * kLdA + part * 8, src, i < it.rows);
+      } else if (t < kCopiesU + 2 * kCopiesA + kCopiesG) {
+        // G of the chunk's last row: per chunk where the fused prepare wrote it, else the row of G.
+        const int e = t - kCopiesU - 2 * kCopiesA;
+        const float* g = p.G_last != nullptr ? p.G_last + (int64_t(it.gid) * H + it.h) * K
+                                             : p.G + (token_head + int64_t(it.rows - 1) * H) * K;
+        detail::copy16_async(&o.glast[e * 4], g + e * 4);
+      }
     }
   };
 
@@ -232,18 +258,18 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
 
   // The pipeline over a block's items: during item t, item t + 1's copies (state and operands) fly to shared memory;
   // at its end, the indices of item t + 2's candidate start on their way (registers).
-  Item cur = resolve(fetch(taken != nullptr ? take_ticket() : block));
+  Item cur = resolve(fetch(taken != nullptr ? take_ticket() : int(block)));
   if (cur.index < 0) return;
   issue_copies(cur, 0);
   detail::copy16_async_commit();
-  Candidate candidate = fetch(taken != nullptr ? take_ticket() : int64_t(cur.index) + blocks);
+  Candidate candidate = fetch(taken != nullptr ? take_ticket() : cur.index + item_stride);
   if (taken != nullptr && threadIdx.x == 0) handoff_s = atomicAdd(taken, 1u);  // read after the loop's first barrier
   for (int b = 0;; b ^= 1) {
     const Item next = resolve(candidate);  // its indices have arrived by now
     const bool has_next = next.index >= 0;
     detail::copy16_async_wait();  // this item's copies, the only group in flight
     __syncthreads();              // ... and handoff_s holds the ticket of the item after next
-    const int64_t after_next = taken != nullptr ? int64_t(handoff_s) : int64_t(next.index) + blocks;
+    const int after_next = taken != nullptr ? int(handoff_s) : next.index + item_stride;
     const Operands op = operands(b);
 
     // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products. Where an
@@ -305,15 +331,17 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
     }
     if (ticketed && threadIdx.x == 0) handoff_s = ticket;  // read after the next item's first barrier
     if (p.final_state != nullptr && cur.slot >= 0) {
-      float* tile = p.final_state + state_offset(p, cur.slot, cur.h, 0, cur.v0);  // K-first: row stride V
-      for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
-        if (final_pairs) {
-          *reinterpret_cast<float2*>(tile + int64_t(d0) * V + col0) = make_float2(s0, s1);
-        } else {
-          tile[int64_t(d0) * V + col0] = s0;
-          tile[int64_t(d1) * V + col1] = s1;
-        }
-      });
+      float* tile = p.final_state + state_tile_offset(cur.slot, cur.h, cur.v0);  // row stride V; offsets fit 32 bits
+      if (final_pairs) {
+        for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int, int) {
+          detail::store_float2(tile + (d0 * V + col0), s0, s1);
+        });
+      } else {
+        for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
+          tile[d0 * V + col0] = s0;
+          tile[d1 * V + col1] = s1;
+        });
+      }
     }
     if (!has_next) break;
     candidate = fetch(after_next);

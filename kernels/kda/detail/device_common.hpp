@@ -35,6 +35,17 @@ __device__ inline uint4 load16(TensorView view, int64_t t, int h, int d) {
   return *reinterpret_cast<const uint4*>(base);
 }
 
+// Two floats to 8-byte aligned global memory as one 8-byte store. A float2 stored through a cast pointer reached PTX
+// as two 4-byte stores wherever the compiler could not prove the alignment from the offset arithmetic (the state
+// kernels' final-state rows, offsets d * V + col with V known only at run time); that doubles the store requests.
+__device__ inline void store_float2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP__)
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+  *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+#endif
+}
+
 // 16 bytes from global to shared memory without passing through registers, so that the copy flies while the thread
 // goes on (NVIDIA sm_80+: cp.async.cg; elsewhere a plain load and store). copy16_async_wait() waits for all of this
 // thread's copies; a barrier after it makes them visible to the block. Both addresses 16-byte aligned.
