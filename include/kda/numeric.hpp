@@ -154,6 +154,19 @@ KDA_HOST_DEVICE inline void unpack2(uint32_t pair, float* x0, float* x1) {
   *x1 = to_float(T{uint16_t(pair >> 16)});
 }
 
+// split_hi_lo of two neighbours x0, x1 as two pack2 words (x0 in the low halves): the same bits, one paired
+// rounding for both his and one for both los.
+struct HiLoWords {
+  uint32_t hi, lo;
+};
+template <typename T>
+KDA_HOST_DEVICE inline HiLoWords split_hi_lo2(float x0, float x1) {
+  const uint32_t hi = pack2<T>(x0, x1);
+  float h0, h1;
+  unpack2<T>(hi, &h0, &h1);
+  return {hi, pack2<T>(x0 - h0, x1 - h1)};
+}
+
 // Rounds an fp32 value to the precision of T and back: the value a T-typed store would later load as.
 template <typename T>
 KDA_HOST_DEVICE inline float round_to(float f) { return to_float(from_float<T>(f)); }

@@ -165,12 +165,7 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
   __syncthreads();
   if (has_rows) {
 #pragma unroll
-    for (int ct = 0; ct < kColTiles; ++ct)
-#pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) {
-        const m::Coord c = m::acc_coord(lane, e);
-        o_s[(rt * 16 + c.row) * kLdV + ct * 16 + c.col] = numeric::from_float<E>(acc[ct].x[e]).bits;
-      }
+    for (int ct = 0; ct < kColTiles; ++ct) m::store_rounded<E>(&o_s[rt * 16 * kLdV + ct * 16], kLdV, acc[ct], lane);
   }
   __syncthreads();
   for (int u = threadIdx.x; u < chunk.length * (V / 8); u += kThreads) {

@@ -462,13 +462,9 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     const int i = e / (kRows / 4), j = 4 * (e % (kRows / 4));
     const float4 t = i < length ? mask_columns(*reinterpret_cast<const float4*>(&tinv_s[i * kLdO + j]), j, length, 1.0f)
                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float t4[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const numeric::HiLoBits split = numeric::split_hi_lo<E>(t4[c]);
-      t_hi[i * kLdT + j + c] = split.hi;
-      t_lo[i * kLdT + j + c] = split.lo;
-    }
+    const numeric::HiLoWords t01 = numeric::split_hi_lo2<E>(t.x, t.y), t23 = numeric::split_hi_lo2<E>(t.z, t.w);
+    *reinterpret_cast<uint2*>(&t_hi[i * kLdT + j]) = make_uint2(t01.hi, t23.hi);
+    *reinterpret_cast<uint2*>(&t_lo[i * kLdT + j]) = make_uint2(t01.lo, t23.lo);
   }
   __syncthreads();
 
@@ -485,11 +481,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     m::mma<E>(acc, hi, b);
     m::mma<E>(acc, lo, b);
     sync_warp();  // every lane has its operand before any lane overwrites the tile
-#pragma unroll
-    for (int e = 0; e < m::kAccPerLane; ++e) {
-      const m::Coord c = m::acc_coord(lane, e);
-      tile[c.row * ld + c.col] = numeric::from_float<E>(acc.x[e]).bits;
-    }
+    m::store_rounded<E>(tile, ld, acc, lane);
   }
   __syncthreads();
   for (int u = tid; u < length * (K / 8); u += kThreads) {

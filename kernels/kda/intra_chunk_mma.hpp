@@ -88,11 +88,9 @@ __device__ inline float2 decay_exp2_pair(float2 from, float2 to) {
 // one packed rounding for both his, one for both los, and one 32-bit store into each swizzled16 tile.
 template <typename E>
 __device__ inline void store_factor_pair(float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
-  const uint32_t hi = numeric::pack2<E>(x0, x1);
-  float h0, h1;
-  numeric::unpack2<E>(hi, &h0, &h1);
-  *reinterpret_cast<uint32_t*>(&hi_tile[detail::mma::swizzled16(row, d)]) = hi;
-  *reinterpret_cast<uint32_t*>(&lo_tile[detail::mma::swizzled16(row, d)]) = numeric::pack2<E>(x0 - h0, x1 - h1);
+  const numeric::HiLoWords w = numeric::split_hi_lo2<E>(x0, x1);
+  *reinterpret_cast<uint32_t*>(&hi_tile[detail::mma::swizzled16(row, d)]) = w.hi;
+  *reinterpret_cast<uint32_t*>(&lo_tile[detail::mma::swizzled16(row, d)]) = w.lo;
 }
 // One exact pair (row i, column j <= i) over 16 channels: sum_d k_i[d] k_j[d] exp2(G_i[d] - G_j[d]) and the same with
 // q_i, from fp32 rows at the slice's first channel (16-byte aligned). Four channels per 16-byte shared load.
@@ -122,18 +120,9 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
 template <typename E, typename Params>
 __device__ inline void store_aqk4(const Params& p, int64_t at, float4 aqk) {
   if (p.aqk_hi != nullptr) {
-    const float x[4] = {aqk.x, aqk.y, aqk.z, aqk.w};
-    uint16_t hi[4], lo[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const numeric::HiLoBits split = numeric::split_hi_lo<E>(x[c]);
-      hi[c] = split.hi;
-      lo[c] = split.lo;
-    }
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + at) =
-        make_uint2(hi[0] | (uint32_t(hi[1]) << 16), hi[2] | (uint32_t(hi[3]) << 16));
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + at) =
-        make_uint2(lo[0] | (uint32_t(lo[1]) << 16), lo[2] | (uint32_t(lo[3]) << 16));
+    const numeric::HiLoWords x01 = numeric::split_hi_lo2<E>(aqk.x, aqk.y), x23 = numeric::split_hi_lo2<E>(aqk.z, aqk.w);
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + at) = make_uint2(x01.hi, x23.hi);
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + at) = make_uint2(x01.lo, x23.lo);
   } else {
     *reinterpret_cast<float4*>(&p.Aqk[at]) = aqk;
   }

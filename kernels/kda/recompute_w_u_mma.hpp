@@ -107,13 +107,10 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
     if (x * kThreads / (BT / 4) >= used_rows) break;  // uniform: this and later passes hold no row it reads
     if (e >= BT * BT / 4) continue;
-    const float t4[4] = {tv[x].x, tv[x].y, tv[x].z, tv[x].w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const numeric::HiLoBits t = numeric::split_hi_lo<E>(t4[c]);
-      t_hi[i * kLdT + j + c] = t.hi;
-      t_lo[i * kLdT + j + c] = t.lo;
-    }
+    const numeric::HiLoWords t01 = numeric::split_hi_lo2<E>(tv[x].x, tv[x].y);
+    const numeric::HiLoWords t23 = numeric::split_hi_lo2<E>(tv[x].z, tv[x].w);
+    *reinterpret_cast<uint2*>(&t_hi[i * kLdT + j]) = make_uint2(t01.hi, t23.hi);
+    *reinterpret_cast<uint2*>(&t_lo[i * kLdT + j]) = make_uint2(t01.lo, t23.lo);
   }
 
   // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.
@@ -167,12 +164,12 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
       for (int x = 0; x < kGroup; ++x) {
         const int u = threadIdx.x + (x0 + x) * kThreads, j = u / (dim / 8), d = (u % (dim / 8)) * 8;
         if (u >= units) continue;
+        float r[8];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const float r =
-              pass == 0 ? beta_s[j] * x_in[x][c] * detail::decay_exp2(g_in[x][c]) : beta_s[j] * x_in[x][c];
-          rhs_s[j * kLdR + d + c] = numeric::from_float<E>(r).bits;
+          r[c] = pass == 0 ? beta_s[j] * x_in[x][c] * detail::decay_exp2(g_in[x][c]) : beta_s[j] * x_in[x][c];
         }
+        *reinterpret_cast<uint4*>(&rhs_s[j * kLdR + d]) = detail::pack8<E>(r);
         if (pass == 0 && j < chunk.length) {  // kg, from the same k and G
           float kg[8];
 #pragma unroll
@@ -206,11 +203,7 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
 #pragma unroll
       for (int ct = 0; ct < kMaxTiles; ++ct) {
         if (ct * 16 >= dim) continue;
-#pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) {
-          const m::Coord c = m::acc_coord(lane, e);
-          rhs_s[(rt * 16 + c.row) * kLdR + ct * 16 + c.col] = numeric::from_float<E>(acc[ct].x[e]).bits;
-        }
+        m::store_rounded<E>(&rhs_s[rt * 16 * kLdR + ct * 16], kLdR, acc[ct], lane);
       }
     }
     __syncthreads();

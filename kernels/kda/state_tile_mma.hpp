@@ -38,13 +38,26 @@ __device__ __forceinline__ m::Acc w_times_state(const uint16_t* w_s, int ldk, co
 template <typename E>
 __device__ __forceinline__ void store_v_new(uint16_t* uv_s, int ldv, const m::Acc& acc, int length, int rt, int ct,
                                             int lane) {
+  if constexpr (m::kAccPairsInRows) {  // a pair of neighbours: one 4-byte load, paired rounding, one 4-byte store
 #pragma unroll
-  for (int e = 0; e < m::kAccPerLane; ++e) {
-    const m::Coord cc = m::acc_coord(lane, e);
-    const int i = rt * 16 + cc.row;
-    uint16_t& cell = uv_s[i * ldv + ct * 16 + cc.col];
-    const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
-    cell = i < length ? rounded.bits : uint16_t(0);
+    for (int e = 0; e < m::kAccPerLane; e += 2) {
+      const m::Coord cc = m::acc_coord(lane, e);
+      const int i = rt * 16 + cc.row;
+      uint32_t& cell = *reinterpret_cast<uint32_t*>(&uv_s[i * ldv + ct * 16 + cc.col]);
+      float u0, u1;
+      numeric::unpack2<E>(cell, &u0, &u1);
+      const uint32_t rounded = numeric::pack2<E>(u0 - acc.x[e], u1 - acc.x[e + 1]);
+      cell = i < length ? rounded : 0u;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < m::kAccPerLane; ++e) {
+      const m::Coord cc = m::acc_coord(lane, e);
+      const int i = rt * 16 + cc.row;
+      uint16_t& cell = uv_s[i * ldv + ct * 16 + cc.col];
+      const E rounded = numeric::from_float<E>(numeric::to_float(E{cell}) - acc.x[e]);
+      cell = i < length ? rounded.bits : uint16_t(0);
+    }
   }
 }
 

@@ -252,6 +252,25 @@ __device__ inline void keep_b_columns_0_to_7(FragB& f, int lane) {
   }
 }
 
+// round(acc) into a 16x16 tile of 16-bit E in shared memory (rows of ld elements). Where an accumulator pair is two
+// neighbours in a row (mma.sync), one paired rounding and one 4-byte store per pair instead of two of each.
+template <typename E>
+__device__ inline void store_rounded(uint16_t* tile, int ld, const Acc& acc, int lane) {
+  if constexpr (kAccPairsInRows) {
+#pragma unroll
+    for (int e = 0; e < kAccPerLane; e += 2) {
+      const Coord c = acc_coord(lane, e);
+      *reinterpret_cast<uint32_t*>(&tile[c.row * ld + c.col]) = numeric::pack2<E>(acc.x[e], acc.x[e + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kAccPerLane; ++e) {
+      const Coord c = acc_coord(lane, e);
+      tile[c.row * ld + c.col] = numeric::from_float<E>(acc.x[e]).bits;
+    }
+  }
+}
+
 // D += A * B. E selects bf16 (bf16_t) or fp16 (fp16_t) inputs.
 template <typename E>
 __device__ inline void mma(Acc& d, const FragA& a, const FragB& b) {
