@@ -462,9 +462,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     const int i = e / (kRows / 4), j = 4 * (e % (kRows / 4));
     const float4 t = i < length ? mask_columns(*reinterpret_cast<const float4*>(&tinv_s[i * kLdO + j]), j, length, 1.0f)
                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const numeric::HiLoWords t01 = numeric::split_hi_lo2<E>(t.x, t.y), t23 = numeric::split_hi_lo2<E>(t.z, t.w);
-    *reinterpret_cast<uint2*>(&t_hi[i * kLdT + j]) = make_uint2(t01.hi, t23.hi);
-    *reinterpret_cast<uint2*>(&t_lo[i * kLdT + j]) = make_uint2(t01.lo, t23.lo);
+    detail::store_hi_lo4<E>(&t_hi[i * kLdT + j], &t_lo[i * kLdT + j], t);
   }
   __syncthreads();
 

@@ -120,9 +120,7 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
 template <typename E, typename Params>
 __device__ inline void store_aqk4(const Params& p, int64_t at, float4 aqk) {
   if (p.aqk_hi != nullptr) {
-    const numeric::HiLoWords x01 = numeric::split_hi_lo2<E>(aqk.x, aqk.y), x23 = numeric::split_hi_lo2<E>(aqk.z, aqk.w);
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_hi) + at) = make_uint2(x01.hi, x23.hi);
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.aqk_lo) + at) = make_uint2(x01.lo, x23.lo);
+    detail::store_hi_lo4<E>(static_cast<uint16_t*>(p.aqk_hi) + at, static_cast<uint16_t*>(p.aqk_lo) + at, aqk);
   } else {
     *reinterpret_cast<float4*>(&p.Aqk[at]) = aqk;
   }

@@ -107,10 +107,7 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
     if (x * kThreads / (BT / 4) >= used_rows) break;  // uniform: this and later passes hold no row it reads
     if (e >= BT * BT / 4) continue;
-    const numeric::HiLoWords t01 = numeric::split_hi_lo2<E>(tv[x].x, tv[x].y);
-    const numeric::HiLoWords t23 = numeric::split_hi_lo2<E>(tv[x].z, tv[x].w);
-    *reinterpret_cast<uint2*>(&t_hi[i * kLdT + j]) = make_uint2(t01.hi, t23.hi);
-    *reinterpret_cast<uint2*>(&t_lo[i * kLdT + j]) = make_uint2(t01.lo, t23.lo);
+    detail::store_hi_lo4<E>(&t_hi[i * kLdT + j], &t_lo[i * kLdT + j], tv[x]);
   }
 
   // pass 0: w = Tinv round(beta k exp2 G) over K columns; pass 1: u = Tinv round(beta v) over V columns.

@@ -55,9 +55,13 @@ struct StateRecurrenceParams {
   unsigned* short_items_taken = nullptr;
 };
 
+// Offset of element (0, 0) of the state of (slot, head h) in a pool of H heads of K x V states, either layout.
+__device__ inline int64_t state_base_offset(int64_t slot, int h, int H, int K, int V) {
+  return (slot * H + h) * int64_t(K) * V;
+}
 // Offset of state element (d, v) of (slot, head) in the chosen layout.
 __device__ inline int64_t state_offset(const StateRecurrenceParams& p, int64_t slot, int h, int d, int v) {
-  const int64_t base = (slot * p.num_heads + h) * int64_t(p.head_dim_k) * p.head_dim_v;
+  const int64_t base = state_base_offset(slot, h, p.num_heads, p.head_dim_k, p.head_dim_v);
   return p.layout == StateLayout::kKFirst ? base + int64_t(d) * p.head_dim_v + v
                                           : base + int64_t(v) * p.head_dim_k + d;
 }

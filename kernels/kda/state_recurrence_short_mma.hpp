@@ -128,7 +128,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   unsigned* const taken = kTickets ? p.short_items_taken : nullptr;
   __shared__ unsigned ticket_s, handoff_s;
   auto take_ticket = [&]() -> int {  // where every thread calls it, outside the loop
-    __syncthreads();                     // every thread has read the last ticket
+    __syncthreads();                 // every thread has read the last ticket
     if (threadIdx.x == 0) ticket_s = atomicAdd(taken, 1u);
     __syncthreads();
     return int(ticket_s);
@@ -193,8 +193,8 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   static_assert(kThreads % kStateRowVecs == 0 && K % kStateRowsPerPass == 0, "whole state rows per pass");
   static_assert(kShortStateRows * kVecsK <= kThreads && kCopiesU + 2 * kCopiesA + kCopiesG <= kThreads,
                 "at most one vector of each operand per thread");
-  // Element (0, v0) of the state tile of (slot, head h) in the K-first pool (state_offset's, without its layout test).
-  auto state_tile_offset = [&](int64_t slot, int h, int v0) { return (slot * H + h) * (int64_t(K) * V) + v0; };
+  // Element (0, v0) of the state tile of (slot, head h); the kernel runs only on K-first pools (the launcher's test).
+  auto state_tile_offset = [&](int64_t slot, int h, int v0) { return state_base_offset(slot, h, H, K, V) + v0; };
   auto issue_copies = [&](const Item& it, int b) {
     const int t = threadIdx.x;
     if (it.load_initial) {

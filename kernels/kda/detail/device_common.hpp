@@ -46,6 +46,15 @@ __device__ inline void store_float2(float* dst, float x, float y) {
 #endif
 }
 
+// Four floats as their hi + lo split in T (numeric::split_hi_lo's bits): one 8-byte store of the four his at hi[0..3]
+// and one of the four los at lo[0..3] (shared or global memory, 8-byte aligned). The Tinv splits and Aqk's stores.
+template <typename T>
+__device__ inline void store_hi_lo4(uint16_t* hi, uint16_t* lo, float4 x) {
+  const numeric::HiLoWords x01 = numeric::split_hi_lo2<T>(x.x, x.y), x23 = numeric::split_hi_lo2<T>(x.z, x.w);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(x01.hi, x23.hi);
+  *reinterpret_cast<uint2*>(lo) = make_uint2(x01.lo, x23.lo);
+}
+
 // 16 bytes from global to shared memory without passing through registers, so that the copy flies while the thread
 // goes on (NVIDIA sm_80+: cp.async.cg; elsewhere a plain load and store). copy16_async_wait() waits for all of this
 // thread's copies; a barrier after it makes them visible to the block. Both addresses 16-byte aligned.
