@@ -1,7 +1,8 @@
 // The matrix-unit primitive on the hardware: random 16x16 tiles multiplied through load_a / load_b /
 // load_a_transposed / load_b_transposed / mma / mma_k32 and read back through acc_coord equal a scalar product.
 // Also the device-side fp32 -> bf16/fp16 rounding, which the matrix-unit kernels lean on: the hardware conversion
-// numeric.hpp uses in device code equals the portable integer form on every non-NaN fp32 value.
+// numeric.hpp uses in device code equals the portable integer form on every non-NaN fp32 value; and the fp16 -> fp32
+// widening on every fp16 value.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -274,6 +275,36 @@ TEST(DeviceNumeric, RoundingMatchesPortableFormOnEveryFloat) {
   EXPECT_EQ(got[1], 0ull) << "fp16: first differing input 0x" << std::hex << where[1];
   EXPECT_EQ(got[3], 0ull) << "pack2 bf16: first differing input 0x" << std::hex << where[2];
   EXPECT_EQ(got[4], 0ull) << "pack2 fp16: first differing input 0x" << std::hex << where[3];
+}
+
+// bad[0]: fp16 patterns whose device widening (numeric::fp16_to_float, one cvt in NVIDIA device code) differs from the
+// portable form (NaN patterns: that are not NaN); bad[1]: patterns checked; first: the first differing pattern + 1.
+__global__ void fp16_widening_sweep_kernel(unsigned* bad, unsigned* first) {
+  const unsigned h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= 65536u) return;
+  const float device = numeric::fp16_to_float(uint16_t(h)), portable = numeric::fp16_to_float_portable(uint16_t(h));
+  const bool ok = portable != portable ? device != device
+                                       : numeric::float_bits(device) == numeric::float_bits(portable);
+  if (!ok) {
+    atomicAdd(&bad[0], 1u);
+    atomicCAS(first, 0u, h + 1u);
+  }
+  atomicAdd(&bad[1], 1u);
+}
+
+TEST(DeviceNumeric, Fp16WideningMatchesPortableFormOnEveryHalf) {
+  ASSERT_TRUE(have_gpu());
+  DeviceBuffer bad(2 * sizeof(unsigned)), first(sizeof(unsigned));
+  const unsigned zeros[2] = {0u, 0u};
+  bad.upload(zeros, sizeof zeros);
+  first.upload(zeros, sizeof(unsigned));
+  fp16_widening_sweep_kernel<<<256, 256>>>(bad.as<unsigned>(), first.as<unsigned>());
+  ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+  unsigned got[2], where = 0;
+  ASSERT_EQ(hipMemcpy(got, bad.get(), sizeof got, hipMemcpyDeviceToHost), hipSuccess);
+  ASSERT_EQ(hipMemcpy(&where, first.get(), sizeof where, hipMemcpyDeviceToHost), hipSuccess);
+  EXPECT_EQ(got[1], 65536u);  // every pattern was visited
+  EXPECT_EQ(got[0], 0u) << "first differing pattern 0x" << std::hex << (where - 1u);
 }
 
 }  // namespace
