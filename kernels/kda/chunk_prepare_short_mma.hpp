@@ -16,8 +16,8 @@
 //     and meet in shared memory.
 //   - The diagonal tile's lower-left quarter (chunks of 9-16 rows): the same R' / L' factors (decay_exp2_pair,
 //     store_factor_pair), in the same swizzled tile layout, and one warp's products in the same slice order.
-//   - Akk, Aqk, Tinv: the same masking and scaling; tril_inverse<16>, whose diagonal-tile code is the code the
-//     64-row inverse runs for the chunk's only tile.
+//   - Akk, Aqk, Tinv: the same masking and scaling; Tinv by diagonal_tile_inverse_column, the code tril_inverse runs
+//     for each diagonal tile (over 8 rows for chunks of at most 8: the 16-row result's first rows, bit for bit).
 //   - w, u, kg: the same right-hand sides, rounded to E, and the same hi + lo products of row tile 0.
 //   - From the raw inputs: the row norms, the gate and its chunk-local sum, qg, as the l2norm, gate and output
 //     stages form them (prepare_short_chunk's note).
@@ -68,14 +68,13 @@ struct ShortPrepareLayout {
   static constexpr int kEndA = kPartial + kSlices * kPairs * 8;
   static constexpr int kRhsW = kFactors, kRhsU = kRhsW + kRows * kLdW * 2;
   static constexpr int kEndRhs = kRhsU + kRows * kLdU * 2;
-  static constexpr int kMatrixBytes = 3 * kRows * kLdO * 4 + 16 + 2 * kRows * kLdT * 2;
+  static constexpr int kMatrixBytes = 3 * kRows * kLdO * 4 + 2 * kRows * kLdT * 2;
   static constexpr int kAkk = kMatrixBytes <= kStageBytes ? kQ : (kEndA > kEndRhs ? kEndA : kEndRhs);
   static constexpr int kAqk = kAkk + kRows * kLdO * 4, kTinv = kAqk + kRows * kLdO * 4;
-  static constexpr int kScratch = kTinv + kRows * kLdO * 4, kTHi = kScratch + 16, kTLo = kTHi + kRows * kLdT * 2;
+  static constexpr int kTHi = kTinv + kRows * kLdO * 4, kTLo = kTHi + kRows * kLdT * 2;
   static constexpr int kEnd = kAkk + kMatrixBytes;
   static constexpr int kBytes = kEnd > kEndA ? (kEnd > kEndRhs ? kEnd : kEndRhs) : (kEndA > kEndRhs ? kEndA : kEndRhs);
   static_assert(kSlices % kFactorSlices == 0, "whole rounds of factor slices");
-  static_assert(detail::tril_inverse_scratch_floats<kRows>() * 4 <= 16, "tril_inverse's scratch for one tile");
   static_assert(kStageBytes % 16 == 0 && kPartial % 16 == 0 && kRhsU % 16 == 0 && kAqk % 16 == 0 &&
                     kTHi % 16 == 0 && kTLo % 16 == 0,
                 "16-byte aligned buffers");
@@ -165,7 +164,9 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     } else {
       load_v(std::false_type{});
     }
-    // load_scalar's loads and conversions, with the type's branch taken once.
+    // load_scalar's loads and conversions, with the type's branch taken once and every load issued before the first
+    // conversion: converted row by row, the 16-bit rows' loads went one round trip at a time (PTX: the branch on
+    // bf16 / fp16 after each load waited for it).
     if (tid < K) {
       const TensorView g = in->g;
       const ScalarType g_type = in->g_type;
@@ -176,11 +177,15 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
         for (int i = 0; i < kRows; ++i) g_raw[i] = i < length ? p[i * step] : 0.0f;
       } else {
         const uint16_t* p = static_cast<const uint16_t*>(g.data) + off;
-        const bool bf16 = g_type == ScalarType::kBFloat16;
+        uint16_t bits[kRows];
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const uint16_t bits = i < length ? p[i * step] : uint16_t(0);
-          g_raw[i] = bf16 ? numeric::bf16_to_float(bits) : numeric::fp16_to_float(bits);
+        for (int i = 0; i < kRows; ++i) bits[i] = i < length ? p[i * step] : uint16_t(0);
+        if (g_type == ScalarType::kBFloat16) {
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) g_raw[i] = numeric::bf16_to_float(bits[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kRows; ++i) g_raw[i] = numeric::fp16_to_float(bits[i]);
         }
       }
     }
@@ -455,9 +460,16 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
   }
   __syncthreads();
 
-  // 8. Tinv = (I + Akk)^-1 of the one tile (rows past the chunk are zero in Akk: identity rows), then its hi + lo
-  //    split with columns past the chunk masked, as the w/u part reads it.
-  detail::tril_inverse<kRows, kThreads>(akk_s, tinv_s, reinterpret_cast<float*>(smem + L::kScratch), kLdO, length);
+  // 8. Tinv = (I + Akk)^-1 of the one tile (tril_inverse's diagonal-tile code: rows past the chunk are zero in Akk,
+  //    identity rows), then its hi + lo split with columns past the chunk masked, as the w/u part reads it. A chunk
+  //    of at most 8 rows (a speculative batch's) needs the first 8 rows and columns only: the split reads no other,
+  //    and the 8-row substitution is the 16-row one's first half bit for bit (28 instead of 120 dependent steps).
+  if (length <= 8) {
+    if (tid < 8) detail::diagonal_tile_inverse_column<8>(akk_s, tinv_s, kLdO, 0, tid);
+  } else if (tid < kRows) {
+    detail::diagonal_tile_inverse_column<kRows>(akk_s, tinv_s, kLdO, 0, tid);
+  }
+  __syncthreads();
   for (int e = tid; e < kRows * kRows / 4; e += kThreads) {
     const int i = e / (kRows / 4), j = 4 * (e % (kRows / 4));
     const float4 t = i < length ? mask_columns(*reinterpret_cast<const float4*>(&tinv_s[i * kLdO + j]), j, length, 1.0f)

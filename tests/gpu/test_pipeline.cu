@@ -281,13 +281,13 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
 
 // chunk_kda_fwd's two forms on the same inputs: the fused one (l2norm, gate and the prepare in one launch from the raw
 // inputs) and the staged one. o, the final state and every intermediate both keep (Aqk, w, u, kg, qg) must be the
-// same bits, and G_last must be the staged G at each chunk's last row.
+// same bits, and G_last must be the staged G at each chunk's last row. The raw gate g stored as fp32, bf16 or fp16.
 TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
   ASSERT_TRUE(have_gpu());
   uint64_t seed = 1300;
   for (const Batch& b : batch_kinds()) {
     for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound, GateKind::kPrecomputed}) {
-      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
+      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16, ScalarType::kFloat16}) {
         if (gate != GateKind::kSoftplus && g_type != ScalarType::kFloat32) continue;
         const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);
         DeviceProblemOptions opt;
@@ -347,7 +347,8 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
 // The fused prepare's two kernels on the same inputs: the one with a short path for chunks of at most 16 rows
 // (launch_chunk_prepare_inputs' choice for batches of short sequences) and the long path alone. Every byte they
 // write must agree (Aqk's hi + lo pair, w, u, kg, qg, G_last), on chunks of every length 1-17, for K = 64 and 128,
-// every gate, g stored as bf16, and both metadata modes.
+// every gate, g stored as fp32, bf16 or fp16 (the short path loads a 16-bit g on a path of its own), and both
+// metadata modes.
 TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
   ASSERT_TRUE(have_gpu());
   uint64_t seed = 2100;
@@ -364,7 +365,7 @@ TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
   for (const Case& c : cases) {
     const Batch& b = c.b;
     for (GateKind gate : {GateKind::kSoftplus, GateKind::kLowerBound, GateKind::kPrecomputed}) {
-      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16}) {
+      for (ScalarType g_type : {ScalarType::kFloat32, ScalarType::kBFloat16, ScalarType::kFloat16}) {
         if (gate != GateKind::kSoftplus && g_type != ScalarType::kFloat32) continue;
         for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
           const ref::KdaProblem p = kimi_problem(b, gate, DType::kBF16, ++seed);

@@ -23,6 +23,26 @@ KDA_HOST_DEVICE constexpr int tril_inverse_scratch_floats() {
   return BT / 16 > 1 ? (BT / 16 - 1) * 256 : 4;
 }
 
+// Column c of T = (I + A)^-1 for the first R rows and columns of the diagonal tile at (base, base), by forward
+// substitution with the column in registers. Entries above row c come out as exact zeros (every term they sum is a
+// product with an earlier zero), so the loops need no bounds that depend on c. Row r's sum runs over m < r only, so
+// R = 8 gives the first 8 rows of R = 16's result bit for bit (the short prepare path's chunks of at most 8 rows).
+template <int R>
+__device__ inline void diagonal_tile_inverse_column(const float* A, float* T, int ld, int base, int c) {
+  static_assert(R == 8 || R == 16, "half or whole 16x16 tile");
+  float t[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float* a_row = &A[(base + r) * ld + base];
+    float x = r == c ? 1.0f : 0.0f;
+#pragma unroll
+    for (int m = 0; m < r; ++m) x -= a_row[m] * t[m];
+    t[r] = x;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) T[(base + r) * ld + base + c] = t[r];
+}
+
 // A at A[i * ld + j] (entries on and above the diagonal are ignored), T written at T[i * ld + j] for i, j in the tiles
 // that hold chunk rows, zeros above the diagonal included. ld must be a multiple of 4 and A, T, scratch 16-byte
 // aligned. Every thread of the block (kThreads of them, at least BT) calls it with the same length; A must be visible
@@ -42,22 +62,8 @@ __device__ inline void tril_inverse(const float* A, float* T, float* scratch, in
     if (i < span && j < span && i / 16 < j / 16)
       *reinterpret_cast<float4*>(&T[i * ld + j]) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  // 1. Diagonal tiles: thread (tile, column c). Entries of the column above row c come out as exact zeros (every term
-  //    they sum is a product with an earlier zero), so the loops need no bounds that depend on c.
-  if (tid < span) {
-    const int base = 16 * (tid / 16), c = tid % 16;
-    float t[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const float* a_row = &A[(base + r) * ld + base];
-      float x = r == c ? 1.0f : 0.0f;
-#pragma unroll
-      for (int m = 0; m < r; ++m) x -= a_row[m] * t[m];
-      t[r] = x;
-    }
-#pragma unroll
-    for (int r = 0; r < 16; ++r) T[(base + r) * ld + base + c] = t[r];
-  }
+  // 1. Diagonal tiles: thread (tile, column c).
+  if (tid < span) diagonal_tile_inverse_column<16>(A, T, ld, 16 * (tid / 16), tid % 16);
   __syncthreads();
   // 2. Off-diagonal tiles by distance; strip e = (pair b, row r, columns 4 q .. 4 q + 3).
   for (int d = 1; d < tiles; ++d) {
