@@ -219,6 +219,19 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
   for (int x = 0; x < kQkPer; ++x) {
     const int u = tid + x * kThreads, i = u / (K / 8), d = (u % (K / 8)) * 8;
     if (u >= kQkUnits) continue;  // whole warps (AMD, K = 64): the butterfly below stays within full rows
+    // A warp whose rows all lie past the chunk (their loads were skipped) stores zeros without the norms, the bits
+    // the norms make of a zero row (its inverse norm is finite). Whole warps, so that the butterfly's shuffles stay
+    // warp-wide; an 8-row chunk skips half of this loop at K = 128, a decode three quarters.
+    if ((warp * kWarpSize + x * kThreads) / (K / 8) >= length) {
+#pragma unroll
+      for (int c = 0; c < 8; c += 4) {
+        *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if constexpr (!kFromInputs)
+          *reinterpret_cast<float4*>(&g_s[i * kLdS + d + c]) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      continue;
+    }
     float qv[8], kv[8];
     detail::unpack8<E>(q_raw[x], qv);
     detail::unpack8<E>(k_raw[x], kv);
