@@ -221,7 +221,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     if (u >= kQkUnits) continue;  // whole warps (AMD, K = 64): the butterfly below stays within full rows
     // A warp whose rows all lie past the chunk (their loads were skipped) stores zeros without the norms, the bits
     // the norms make of a zero row (its inverse norm is finite). Whole warps, so that the butterfly's shuffles stay
-    // warp-wide; an 8-row chunk skips half of this loop at K = 128, a decode three quarters.
+    // warp-wide; an 8-row chunk skips half of this loop at K = 128, a decode seven eighths.
     if ((warp * kWarpSize + x * kThreads) / (K / 8) >= length) {
 #pragma unroll
       for (int c = 0; c < 8; c += 4) {
