@@ -133,14 +133,7 @@ __global__ void __launch_bounds__(kOutputMmaWarps * kWarpSize) chunk_output_mma_
 #pragma unroll
   for (int x = 0; x < kAVecs; ++x) {
     const int e = threadIdx.x + x * kThreads, i = e / (BT / 4), j = (e % (BT / 4)) * 4;
-    if (e >= BT * BT / 4) continue;
-    const float a4[4] = {av[x].x, av[x].y, av[x].z, av[x].w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const numeric::HiLoBits a = numeric::split_hi_lo<E>(a4[c]);
-      a_hi[i * kLdA + j + c] = a.hi;
-      a_lo[i * kLdA + j + c] = a.lo;
-    }
+    if (e < BT * BT / 4) detail::store_hi_lo4<E>(&a_hi[i * kLdA + j], &a_lo[i * kLdA + j], av[x]);  // 8-byte rows
   }
   for (int e = threadIdx.x; e < BT * (V / 8); e += kThreads) {
     const int j = e / (V / 8), v = (e % (V / 8)) * 8;
