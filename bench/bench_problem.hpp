@@ -98,6 +98,7 @@ class BenchProblem {
       geo.metadata.chunk_indices = meta.chunk_indices;
       geo.metadata.chunk_offsets = meta.chunk_offsets;
       geo.metadata.num_chunks = meta.num_chunks;
+      geo.metadata.max_sequence_tokens = meta.max_sequence_tokens;  // what the builder knows on the host
     }
 
     a.q = contiguous_view(static_cast<const void*>(q.get()), c.H, c.K);

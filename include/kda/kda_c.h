@@ -133,6 +133,8 @@ typedef struct kda_chunk_kda_args {
   const void* chunk_offsets;  /* device [N+1] first global chunk of each sequence, or NULL */
   int64_t num_chunks;         /* host NT of the tables; required (>= 0) with them, ignored without. Default -1. */
   int32_t chunk_table_type;   /* KDA_INDEX_*: element type of both tables. Default INT32. */
+  /* (The C++ API's optional bound on the sequence lengths, ChunkMetadataArgs::max_sequence_tokens, is not part of
+   * this ABI yet: calls made here run as with it unknown.) */
 
   /* ---- Element types of the raw gate and beta, gate and beta processing ---- */
   int32_t g_type;           /* KDA_SCALAR_*: element type of g. Default FLOAT32. */

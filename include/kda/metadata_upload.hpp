@@ -12,6 +12,7 @@
 // pack_chunk_metadata) before each replay, or keep it constant.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,6 +29,7 @@ struct DeviceChunkMetadata {
   IndexSpan chunk_offsets;  // [N + 1] at start + chunk_offsets_byte_offset(NT, type)
   int64_t num_chunks = 0;   // NT, known on the host
   size_t bytes = 0;         // chunk_metadata_bytes(NT, N, type): what the copy moved
+  int64_t max_sequence_tokens = 0;  // the longest sequence: pass it as ChunkMetadataArgs::max_sequence_tokens
 };
 
 // Builds the tables from host cu_seqlens ([N+1] of cu_type) into pinned_staging and enqueues one H2D copy of
@@ -70,6 +72,11 @@ inline Status upload_chunk_metadata(const void* cu_seqlens, IndexType cu_type, i
   result.chunk_offsets = IndexSpan{base + chunk_offsets_byte_offset(packed_nt, out_type), out_type};
   result.num_chunks = packed_nt;
   result.bytes = packed_bytes;
+  result.max_sequence_tokens = detail::with_typed_cu(cu_seqlens, cu_type, [&](const auto* cu) {
+    int64_t longest = 0;
+    for (int64_t n = 0; n < num_sequences; ++n) longest = std::max<int64_t>(longest, int64_t(cu[n + 1]) - cu[n]);
+    return longest;
+  });
   *out = result;
   return Status::ok();
 }

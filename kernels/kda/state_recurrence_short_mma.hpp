@@ -78,8 +78,10 @@ constexpr size_t state_short_shared_bytes() {
   return ShortStateLayout<K>::kBytes;
 }
 
-// Block `block` of the `blocks` short-item blocks.
-template <typename E, int BT, int K, bool kTickets>
+// Block `block` of the `blocks` short-item blocks. kShortOnly: no kernel takes the longer sequences (the caller
+// bounds every sequence at kShortStateRows tokens, ChunkMetadataArgs::max_sequence_tokens), so a longer one is
+// reported (kDeviceStatusSequenceOverBound) and skipped. A form of its own, so that the others keep their code.
+template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p, unsigned block, unsigned blocks) {
   namespace m = detail::mma;
   using L = ShortStateLayout<K>;
@@ -167,6 +169,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
       const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
       const int64_t length = seq.eos - seq.bos;
       if (length > kShortStateRows) {
+        if (kShortOnly && threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusSequenceOverBound);
         if (taken == nullptr) continue;
         return Item{i, 0, 0, -1, 0, 0, 0, false};
       }
@@ -352,10 +355,11 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
 
 // The short items. Its last act waits for the kernel before it (state_long_items_kernel, when launched beside it), so
 // that whatever the stream runs next finds the long sequences done too.
-template <typename E, int BT, int K, bool kTickets>
+template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBlocks)
     state_short_mma_kernel(const KDA_GRID_CONSTANT StateRecurrenceParams p) {
-  state_short_items<E, BT, K, kTickets>(p, blockIdx.x, gridDim.x);
+  static_assert(!(kTickets && kShortOnly), "no chain to take tickets beside");
+  state_short_items<E, BT, K, kTickets, kShortOnly>(p, blockIdx.x, gridDim.x);
   detail::wait_for_prior_grid();
 }
 

@@ -20,6 +20,7 @@ struct DeviceProblemOptions {
   ScalarType beta_type = ScalarType::kFloat32;    // how beta is stored on the device
   bool o_aliases_v = false;                       // vLLM: o = v
   int chunk_size = 64;
+  int64_t max_sequence_tokens = 0;                // ChunkMetadataArgs::max_sequence_tokens (0 = unknown)
 };
 
 // An fp32 state pool of `slots` (sequence, head) states, each [K,V] (K-first) turned into [V,K] (V-first), or back.
@@ -119,6 +120,7 @@ inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem&
   g.metadata.cu_seqlens = IndexSpan{dp->cu.get(), opt.index_type};
   g.metadata.num_sequences = N;
   g.metadata.total_tokens = p.T;
+  g.metadata.max_sequence_tokens = opt.max_sequence_tokens;
   g.num_heads = p.H;
   g.head_dim_k = p.K;
   g.head_dim_v = p.V;

@@ -138,6 +138,7 @@ TEST(DeviceMetadata, UploadHelperDeliversBuilderTables) {
                                         dev.get(), bytes, stream, &out));
     KDA_ASSERT_RT(hipStreamSynchronize(stream));
     EXPECT_EQ(out.num_chunks, want.num_chunks);
+    EXPECT_EQ(out.max_sequence_tokens, 513) << "the longest sequence, for ChunkMetadataArgs::max_sequence_tokens";
     auto read = [&](IndexSpan s, size_t count) {
       std::vector<int64_t> v(count);
       const std::vector<uint8_t> raw = download_raw(s.data, count * index_type_size(it));

@@ -605,6 +605,80 @@ TEST(ChunkKdaShortState, TicketsWhereTheHostCannotRuleAChainOut) {
   }
 }
 
+// A caller's bound on the sequence lengths (ChunkMetadataArgs::max_sequence_tokens) of at most 16 runs the kernels
+// for short sequences alone: the prepare kernel without its long path, the short state kernel without its partner for
+// long sequences and in its plain form even with derived tables. The bits must be those of the same batch without the
+// bound (o, final state and every intermediate), in both metadata modes, for K and V in {64, 128}, with empty
+// sequences and chunks of every length 1-16; the device status stays clear.
+TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
+  ASSERT_TRUE(have_gpu());
+  std::vector<int64_t> every_length = {0};
+  for (int rep = 0; rep < 3; ++rep)
+    for (int64_t len = 0; len <= 16; ++len) every_length.push_back(every_length.back() + len);
+  const std::vector<Batch> batches = {{"spec64x8", spec_cu(64, 8), 2, 128, 128},
+                                      {"lengths0to16_k64", every_length, 2, 64, 128},
+                                      {"lengths0to16_v64", every_length, 2, 128, 64}};
+  uint64_t seed = 3300;
+  for (const Batch& b : batches) {
+    for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+      const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, ++seed);
+      DeviceProblemOptions plain_opt, bound_opt;
+      plain_opt.mode = bound_opt.mode = mode;
+      bound_opt.max_sequence_tokens = 16;
+      std::unique_ptr<DeviceProblem> plain, bound;
+      const RunResult rp = run_once(p, plain_opt, &plain);
+      const RunResult rb = run_once(p, bound_opt, &bound);
+      ASSERT_TRUE(plain && bound) << b.name;
+      const std::string what = b.name + " " + mode_name(mode);
+      ASSERT_TRUE(detail::every_sequence_short(bound->args.geometry.metadata)) << what;
+      EXPECT_EQ(rp.o_bytes, rb.o_bytes) << what << ": o differs with the bound";
+      EXPECT_EQ(rp.state_bytes, rb.state_bytes) << what << ": final state differs with the bound";
+      expect_bit_identical(*plain, *bound, what);
+      uint32_t words[2] = {};
+      KDA_ASSERT_RT(hipMemcpy(words, chunk_kda_device_status(bound->workspace.get()), sizeof(words),
+                              hipMemcpyDeviceToHost));
+      EXPECT_EQ(words[0], 0u) << what << ": device status";
+      EXPECT_EQ(words[1], 0u) << what << ": tickets taken although the bound rules chains out";
+    }
+  }
+}
+
+// A sequence longer than the caller's bound is skipped and reported (kDeviceStatusSequenceOverBound), without touching
+// anything outside its own rows (the GPU validation runs this test under memcheck): the other sequences' o rows and
+// final states are those of the same batch without the bound.
+TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
+  ASSERT_TRUE(have_gpu());
+  std::vector<int64_t> cu = {0};
+  for (int n = 0; n < 15; ++n) cu.push_back(cu.back() + (n == 7 ? 40 : 8));  // T = 152 <= 16 N
+  const Batch b{"one_over_the_bound", cu, 2, 128, 128};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 3400);
+  for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+    DeviceProblemOptions plain_opt, bound_opt;
+    plain_opt.mode = bound_opt.mode = mode;
+    bound_opt.max_sequence_tokens = 16;
+    std::unique_ptr<DeviceProblem> plain, bound;
+    const RunResult rp = run_once(p, plain_opt, &plain);
+    const RunResult rb = run_once(p, bound_opt, &bound);
+    ASSERT_TRUE(plain && bound);
+    const std::string what = mode_name(mode);
+    uint32_t status = 0;
+    KDA_ASSERT_RT(hipMemcpy(&status, chunk_kda_device_status(bound->workspace.get()), sizeof(status),
+                            hipMemcpyDeviceToHost));
+    EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
+    const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
+    size_t rows_differing = 0, states_differing = 0;
+    for (size_t n = 0; n + 1 < cu.size(); ++n) {
+      if (cu[n + 1] - cu[n] > 16) continue;
+      rows_differing += std::memcmp(rp.o_bytes.data() + cu[n] * row_bytes, rb.o_bytes.data() + cu[n] * row_bytes,
+                                    (cu[n + 1] - cu[n]) * row_bytes) != 0;
+      states_differing += std::memcmp(rp.state_bytes.data() + n * state_bytes, rb.state_bytes.data() + n * state_bytes,
+                                      state_bytes) != 0;
+    }
+    EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
+    EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Engine-facing features: state pool, aliasing, strided views
 // ---------------------------------------------------------------------------------------------------------------
@@ -794,6 +868,12 @@ TEST(ChunkKdaValidation, BadArgumentsAreRejectedBeforeAnyLaunch) {
   a.g_type = static_cast<ScalarType>(7);
   expect_error(a, StatusCode::kInvalidArgument, "unknown g type");
   EXPECT_EQ(chunk_kda_workspace_size(a), dp->workspace.bytes()) << "the workspace depends on sizes only";
+  a = dp->args;
+  a.geometry.metadata.max_sequence_tokens = -1;
+  expect_error(a, StatusCode::kInvalidArgument, "negative sequence bound");
+  a = dp->args;
+  a.geometry.metadata.max_sequence_tokens = 99;  // T = 100 in one sequence
+  expect_error(a, StatusCode::kInvalidArgument, "sequence bound below T / N");
   a = dp->args;
   a.geometry.head_dim_v = 96;
   EXPECT_EQ(chunk_kda_workspace_size(a), 0u) << "workspace query of rejected sizes";

@@ -25,10 +25,18 @@ struct ChunkMetadataArgs {
   IndexSpan chunk_offsets;       // device [N+1] from the host builder, or absent
   int64_t num_chunks = -1;       // host NT matching the tables (required with them)
   // Optional device word where kernels OR in DeviceStatusBits for problems only the device can see (malformed
-  // device cu_seqlens, tables that disagree with it, state indices past the pool). Read it with
+  // device cu_seqlens, tables that disagree with it, state indices past the pool, sequences longer than
+  // max_sequence_tokens). Read it with
   // kda::read_device_status. chunk_kda_fwd points this at its own workspace slot and clears it on every call (the stage
   // launchers only OR into it: clearing is the caller's).
   uint32_t* device_status = nullptr;
+  // Optional: a bound the caller knows on the host for every sequence's length (vLLM's max_query_len; the host
+  // builder's DeviceChunkMetadata::max_sequence_tokens), 0 = unknown. With it at most 16 and chunks of 64,
+  // chunk_kda_fwd runs its kernels for short sequences alone: a prepare kernel without the long-chunk path (six
+  // blocks per SM instead of five) and the state stage without its partner kernel for long sequences or its ticket
+  // form. A sequence longer than the bound is then not computed (its o rows and final state are left as they were)
+  // and is reported on the device (kDeviceStatusSequenceOverBound); nothing is written out of bounds.
+  int64_t max_sequence_tokens = 0;
 
   bool has_tables() const { return chunk_indices.data != nullptr || chunk_offsets.data != nullptr; }
 };
@@ -54,6 +62,10 @@ inline Status validate_metadata(const ChunkMetadataArgs& m, int chunk_size, bool
   KDA_REQUIRE(m.total_tokens <= kMaxTokens, "total_tokens: more than 2^31-1 tokens");
   KDA_REQUIRE(m.num_sequences >= 1 || m.total_tokens == 0, "num_sequences: 0 while total_tokens > 0");
   KDA_REQUIRE(is_supported_chunk_size(chunk_size), "chunk_size: must be 16, 32 or 64");
+  KDA_REQUIRE(m.max_sequence_tokens >= 0, "max_sequence_tokens: negative (0 = unknown)");
+  KDA_REQUIRE(m.max_sequence_tokens == 0 || m.max_sequence_tokens >= (m.total_tokens + m.num_sequences - 1) /
+                                                                        (m.num_sequences > 0 ? m.num_sequences : 1),
+              "max_sequence_tokens: smaller than total_tokens / num_sequences, so some sequence exceeds it");
   // Both terms are bounded above, so the sum cannot overflow.
   KDA_REQUIRE(max_num_chunks(m.total_tokens, m.num_sequences, chunk_size) < (int64_t(1) << 30),
               "total_tokens/num_sequences: too many chunks for 32-bit chunk ids");

@@ -4,7 +4,8 @@
 // stages are folded in, so neither the normalised q, k nor G ever reach memory. Each output is bit-identical to the
 // stage pipeline's (launch_qk_l2norm, launch_gate_cumsum, launch_chunk_prepare, and the output stage's own qg).
 // Batches of short sequences run a second kernel whose blocks take chunks of at most 16 rows on a short path
-// (ChunkPrepareInputsArgs::short_chunks); the bits are the same.
+// (ChunkPrepareInputsArgs::short_chunks), and a third, with the short path alone, where the caller bounds every
+// sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); the bits are the same.
 #pragma once
 
 #include "kda/launch/chunk_prepare.hpp"
@@ -123,6 +124,11 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
     constexpr int BT = decltype(bt)::value, K = decltype(k)::value, V = decltype(v)::value;
     constexpr int kThreads = kernels::kIntraMmaWarps * kWarpSize;
     if constexpr (BT == 64) {
+      if (short_path && every_sequence_short(g.metadata)) {  // the caller bounds every sequence at 16 tokens
+        kernels::chunk_prepare_inputs_short_only_mma_kernel<E, BT, K, V>
+            <<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);
+        return;
+      }
       if (short_path) {
         kernels::chunk_prepare_inputs_short_mma_kernel<E, BT, K, V>
             <<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);

@@ -36,6 +36,11 @@ constexpr int64_t kShortBatchAverageTokens = 16;
 inline bool short_sequence_batch(const ChunkMetadataArgs& m) {
   return m.num_sequences > 0 && m.total_tokens <= kShortBatchAverageTokens * m.num_sequences;
 }
+// A batch whose every sequence the caller bounds at that many tokens (ChunkMetadataArgs::max_sequence_tokens): the
+// kernels for short sequences run alone.
+inline bool every_sequence_short(const ChunkMetadataArgs& m) {
+  return m.max_sequence_tokens > 0 && m.max_sequence_tokens <= kShortBatchAverageTokens;
+}
 
 inline Status validate_geometry(const StageGeometry& g, bool check_pointers = true) {
   if (g.chunk_size == 16) return unsupported("chunk_size: 16 is supported by solve_tril only; use 32 or 64");

@@ -157,11 +157,13 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 
 // Whether the short-sequence kernel runs its ticket form beside the long sequences: where a counter is given and a
 // sequence may span several chunks, a chain of chunk steps that would otherwise hold the short items back. The host
-// rules that out only with the builder's tables (NT = N: no sequence spans two chunks); with derived tables it
-// cannot, and the ticket form costs ~6 % of the stage on a batch without chains (docs/performance.md v42, v43).
+// rules that out with the builder's tables (NT = N: no sequence spans two chunks) or the caller's bound on the
+// sequence lengths (every_sequence_short); with derived tables alone it cannot, and the ticket form costs ~6 % of the
+// stage on a batch without chains (docs/performance.md v42, v43).
 inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
   const ChunkMetadataArgs& m = a.geometry.metadata;
-  return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences);
+  return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences) &&
+         !every_sequence_short(m);
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
@@ -239,7 +241,7 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_ti
 // With tickets (NVIDIA) the short kernel then starts as soon as every long-item block has (programmatic stream
 // serialization), beside the long sequences' chains.
 constexpr int64_t kLongItemWaves = 8;
-template <typename E, int BT, int K, bool kTickets>
+template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool all_short,
                                  hipStream_t stream) {
   constexpr int kThreads = kernels::kShortStateWarps * kWarpSize;
@@ -255,7 +257,7 @@ inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_
     kLong<<<static_cast<unsigned>(blocks), kThreads, kLongShared, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
   }
-  constexpr auto kShort = kernels::state_short_mma_kernel<E, BT, K, kTickets>;
+  constexpr auto kShort = kernels::state_short_mma_kernel<E, BT, K, kTickets, kShortOnly>;
   constexpr size_t kShared = kernels::state_short_shared_bytes<K>();
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kShort>(kShared));
   int64_t resident = 0;
@@ -324,6 +326,11 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
         const bool all_short = g.metadata.total_tokens <= kernels::kShortStateRows;
         auto launch = [&](auto k) -> Status {
           constexpr int K = decltype(k)::value;
+          // Where the caller bounds every sequence at kShortStateRows tokens, no kernel runs the longer ones.
+          if (every_sequence_short(g.metadata)) {
+            return launch_state_short<E, BT, K, false, /*kShortOnly=*/true>(p, sequences_heads, /*all_short=*/true,
+                                                                            stream);
+          }
           if (!state_short_tickets_used(a)) {
             return launch_state_short<E, BT, K, false>(p, sequences_heads, all_short, stream);
           }

@@ -17,6 +17,7 @@ enum DeviceStatusBits : uint32_t {
   kDeviceStatusBadCuSeqlens = 1u,   // cu_seqlens decreasing, outside [0, T], cu[0] != 0 or cu[N] != T
   kDeviceStatusBadChunkTable = 2u,  // chunk_indices / chunk_offsets disagree with cu_seqlens
   kDeviceStatusBadStateIndex = 4u,  // a state_indices entry >= the pool size (treated as "no state")
+  kDeviceStatusSequenceOverBound = 8u,  // a sequence longer than ChunkMetadataArgs::max_sequence_tokens (skipped)
 };
 
 struct ChunkTable {
