@@ -605,6 +605,21 @@ TEST(ChunkKdaShortState, TicketsWhereTheHostCannotRuleAChainOut) {
   }
 }
 
+// One problem run twice in one metadata mode: without a bound on the sequence lengths and with `bound`.
+struct BoundRuns {
+  std::unique_ptr<DeviceProblem> plain, bound;
+  RunResult plain_result, bound_result;
+};
+BoundRuns run_without_and_with_bound(const ref::KdaProblem& p, MetadataMode mode, int64_t bound) {
+  DeviceProblemOptions plain_opt, bound_opt;
+  plain_opt.mode = bound_opt.mode = mode;
+  bound_opt.max_sequence_tokens = bound;
+  BoundRuns r;
+  r.plain_result = run_once(p, plain_opt, &r.plain);
+  r.bound_result = run_once(p, bound_opt, &r.bound);
+  return r;
+}
+
 // A caller's bound on the sequence lengths (ChunkMetadataArgs::max_sequence_tokens) of at most 16 runs the kernels
 // for short sequences alone: the prepare kernel without its long path, the short state kernel without its partner for
 // long sequences and in its plain form even with derived tables. The bits must be those of the same batch without the
@@ -622,20 +637,17 @@ TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
   for (const Batch& b : batches) {
     for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
       const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, ++seed);
-      DeviceProblemOptions plain_opt, bound_opt;
-      plain_opt.mode = bound_opt.mode = mode;
-      bound_opt.max_sequence_tokens = 16;
-      std::unique_ptr<DeviceProblem> plain, bound;
-      const RunResult rp = run_once(p, plain_opt, &plain);
-      const RunResult rb = run_once(p, bound_opt, &bound);
-      ASSERT_TRUE(plain && bound) << b.name;
+      const BoundRuns r = run_without_and_with_bound(p, mode, 16);
+      ASSERT_TRUE(r.plain && r.bound) << b.name;
+      const DeviceProblem &plain = *r.plain, &bound = *r.bound;
+      const RunResult &rp = r.plain_result, &rb = r.bound_result;
       const std::string what = b.name + " " + mode_name(mode);
-      ASSERT_TRUE(detail::every_sequence_short(bound->args.geometry.metadata)) << what;
+      ASSERT_TRUE(detail::every_sequence_short(bound.args.geometry.metadata)) << what;
       EXPECT_EQ(rp.o_bytes, rb.o_bytes) << what << ": o differs with the bound";
       EXPECT_EQ(rp.state_bytes, rb.state_bytes) << what << ": final state differs with the bound";
-      expect_bit_identical(*plain, *bound, what);
+      expect_bit_identical(plain, bound, what);
       uint32_t words[2] = {};
-      KDA_ASSERT_RT(hipMemcpy(words, chunk_kda_device_status(bound->workspace.get()), sizeof(words),
+      KDA_ASSERT_RT(hipMemcpy(words, chunk_kda_device_status(bound.workspace.get()), sizeof(words),
                               hipMemcpyDeviceToHost));
       EXPECT_EQ(words[0], 0u) << what << ": device status";
       EXPECT_EQ(words[1], 0u) << what << ": tickets taken although the bound rules chains out";
@@ -653,16 +665,12 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
   const Batch b{"one_over_the_bound", cu, 2, 128, 128};
   const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 3400);
   for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
-    DeviceProblemOptions plain_opt, bound_opt;
-    plain_opt.mode = bound_opt.mode = mode;
-    bound_opt.max_sequence_tokens = 16;
-    std::unique_ptr<DeviceProblem> plain, bound;
-    const RunResult rp = run_once(p, plain_opt, &plain);
-    const RunResult rb = run_once(p, bound_opt, &bound);
-    ASSERT_TRUE(plain && bound);
+    const BoundRuns r = run_without_and_with_bound(p, mode, 16);
+    ASSERT_TRUE(r.plain && r.bound);
+    const RunResult &rp = r.plain_result, &rb = r.bound_result;
     const std::string what = mode_name(mode);
     uint32_t status = 0;
-    KDA_ASSERT_RT(hipMemcpy(&status, chunk_kda_device_status(bound->workspace.get()), sizeof(status),
+    KDA_ASSERT_RT(hipMemcpy(&status, chunk_kda_device_status(r.bound->workspace.get()), sizeof(status),
                             hipMemcpyDeviceToHost));
     EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
     const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
