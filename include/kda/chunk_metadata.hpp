@@ -65,17 +65,19 @@ inline auto with_typed_cu(const void* cu_seqlens, IndexType cu_type, F&& f) {
                                       : f(static_cast<const int32_t*>(cu_seqlens));
 }
 
-// The checks on cu_seqlens itself. Sums NT on the way; sets *bad_position to the first offending cu index.
-// out_max is the largest value the output tables may hold (int64 max when there is no output type yet).
+// The checks on cu_seqlens itself. Sums NT on the way, and the longest sequence into *longest (may be null); sets
+// *bad_position to the first offending cu index. out_max is the largest value the output tables may hold (int64 max
+// when there is no output type yet).
 template <typename Cu>
 inline Status scan_cu_seqlens(const Cu* cu, int64_t num_sequences, int chunk_size, int64_t total_tokens,
-                              int64_t out_max, int64_t* num_chunks, int64_t* bad_position) {
+                              int64_t out_max, int64_t* num_chunks, int64_t* bad_position, int64_t* longest) {
   const int64_t n_seq = num_sequences;
   if (cu[0] != 0) {
     report_position(bad_position, 0);
     return invalid_argument("cu_seqlens[0] must be 0");
   }
   int64_t nt = 0;
+  int64_t max_length = 0;
   for (int64_t n = 0; n < n_seq; ++n) {
     const int64_t bos = cu[n];
     const int64_t eos = cu[n + 1];
@@ -85,6 +87,7 @@ inline Status scan_cu_seqlens(const Cu* cu, int64_t num_sequences, int chunk_siz
     }
     // bos >= 0 here (cu[0] == 0 and non-decreasing so far), so eos - bos cannot overflow and nt <= eos.
     nt += num_chunks_of(eos - bos, chunk_size);
+    max_length = eos - bos > max_length ? eos - bos : max_length;
   }
   if (total_tokens >= 0 && cu[n_seq] != total_tokens) {
     report_position(bad_position, n_seq);
@@ -104,13 +107,15 @@ inline Status scan_cu_seqlens(const Cu* cu, int64_t num_sequences, int chunk_siz
     return invalid_argument("num_sequences does not fit out_type");
   }
   *num_chunks = nt;
+  if (longest != nullptr) *longest = max_length;
   return Status::ok();
 }
 
-// All argument checks short of the output buffers; returns NT in *num_chunks.
+// All argument checks short of the output buffers; returns NT in *num_chunks and the longest sequence in *longest
+// (may be null).
 inline Status validate_chunk_request(const void* cu_seqlens, IndexType cu_type, int64_t num_sequences,
                                      int chunk_size, int64_t total_tokens, IndexType out_type,
-                                     int64_t* num_chunks, int64_t* bad_position) {
+                                     int64_t* num_chunks, int64_t* bad_position, int64_t* longest = nullptr) {
   report_position(bad_position, -1);
   if (cu_seqlens == nullptr) return invalid_argument("cu_seqlens is null");
   if (num_sequences < 0) return invalid_argument("num_sequences is negative");
@@ -120,7 +125,7 @@ inline Status validate_chunk_request(const void* cu_seqlens, IndexType cu_type, 
   if (!is_index_type(out_type)) return invalid_argument("out_type is not int32 or int64");
   return with_typed_cu(cu_seqlens, cu_type, [&](const auto* cu) {
     return scan_cu_seqlens(cu, num_sequences, chunk_size, total_tokens, index_type_max(out_type), num_chunks,
-                           bad_position);
+                           bad_position, longest);
   });
 }
 
@@ -181,6 +186,21 @@ inline Status count_chunks(const void* cu_seqlens, IndexType cu_type, int64_t nu
 inline Status count_chunks(const void* cu_seqlens, IndexType cu_type, int64_t num_sequences, int chunk_size,
                            int64_t total_tokens, int64_t* num_chunks) {
   return count_chunks(cu_seqlens, cu_type, num_sequences, chunk_size, total_tokens, num_chunks, nullptr);
+}
+
+// The longest sequence of the batch in tokens (0 when every sequence is empty) in *max_sequence_tokens: the bound to
+// pass as ChunkMetadataArgs::max_sequence_tokens (engines often know it already, e.g. vLLM's max_query_len;
+// upload_chunk_metadata returns it too). Validates cu_seqlens like count_chunks; bad_position (may be null) as there.
+inline Status longest_sequence(const void* cu_seqlens, IndexType cu_type, int64_t num_sequences, int64_t total_tokens,
+                               int64_t* max_sequence_tokens, int64_t* bad_position = nullptr) {
+  detail::report_position(bad_position, -1);
+  if (max_sequence_tokens == nullptr) return invalid_argument("max_sequence_tokens output is null");
+  int64_t nt = 0, longest = 0;
+  // The chunk size only enters NT, which is not returned here.
+  KDA_RETURN_IF_ERROR(detail::validate_chunk_request(cu_seqlens, cu_type, num_sequences, 64, total_tokens,
+                                                     IndexType::kInt64, &nt, bad_position, &longest));
+  *max_sequence_tokens = longest;
+  return Status::ok();
 }
 
 // Fills chunk_indices ([NT,2] of out_type, capacity in rows) and chunk_offsets ([N+1] of out_type).

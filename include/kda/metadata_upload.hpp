@@ -12,7 +12,6 @@
 // pack_chunk_metadata) before each replay, or keep it constant.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -53,9 +52,9 @@ inline Status upload_chunk_metadata(const void* cu_seqlens, IndexType cu_type, i
   }
   // The device size check needs NT and must come before pack writes the staging buffer. pack validates again
   // (O(N), microseconds), which keeps it the one place that writes the staging buffer.
-  int64_t nt = 0;
+  int64_t nt = 0, longest = 0;
   KDA_RETURN_IF_ERROR(detail::validate_chunk_request(cu_seqlens, cu_type, num_sequences, chunk_size, total_tokens,
-                                                     out_type, &nt, nullptr));
+                                                     out_type, &nt, nullptr, &longest));
   const size_t bytes = chunk_metadata_bytes(nt, num_sequences, out_type);
   if (device_bytes < bytes) return invalid_argument("device_bytes is smaller than chunk_metadata_bytes()");
 
@@ -72,11 +71,7 @@ inline Status upload_chunk_metadata(const void* cu_seqlens, IndexType cu_type, i
   result.chunk_offsets = IndexSpan{base + chunk_offsets_byte_offset(packed_nt, out_type), out_type};
   result.num_chunks = packed_nt;
   result.bytes = packed_bytes;
-  result.max_sequence_tokens = detail::with_typed_cu(cu_seqlens, cu_type, [&](const auto* cu) {
-    int64_t longest = 0;
-    for (int64_t n = 0; n < num_sequences; ++n) longest = std::max<int64_t>(longest, int64_t(cu[n + 1]) - cu[n]);
-    return longest;
-  });
+  result.max_sequence_tokens = longest;  // from the validating scan above
   *out = result;
   return Status::ok();
 }

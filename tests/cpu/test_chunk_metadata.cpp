@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -117,6 +118,11 @@ void expect_matches_brute_force(const std::vector<int64_t>& cu, int chunk_size, 
   int64_t counted = -1;
   ASSERT_TRUE(kda::count_chunks(cu_bytes.data(), cu_type, n_seq, chunk_size, cu.back(), &counted).is_ok());
   ASSERT_EQ(counted, expected.num_chunks());
+  // The longest sequence (the bound ChunkMetadataArgs::max_sequence_tokens takes), from the same validating scan.
+  int64_t want_longest = 0, longest = -1;
+  for (int64_t n = 0; n < n_seq; ++n) want_longest = std::max(want_longest, cu[size_t(n + 1)] - cu[size_t(n)]);
+  ASSERT_TRUE(kda::longest_sequence(cu_bytes.data(), cu_type, n_seq, cu.back(), &longest).is_ok());
+  ASSERT_EQ(longest, want_longest);
 
   Outputs out(out_type, counted + extra_rows, n_seq);
   int64_t nt = -1;
@@ -347,6 +353,15 @@ TEST(ChunkMetadataBadInput, CountChunksReportsTheSameErrors) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(kda::count_chunks(bad_start, IndexType::kInt32, 1, 64, -1, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(kda::count_chunks(nullptr, IndexType::kInt32, 1, 64, -1, &nt).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(nt, kSentinel);
+
+  // longest_sequence validates the same way and writes nothing on error.
+  position = kSentinel;
+  s = kda::longest_sequence(decreasing, IndexType::kInt64, 4, -1, &nt, &position);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("decreasing"), std::string::npos);
+  EXPECT_EQ(position, 3);
+  EXPECT_EQ(kda::longest_sequence(decreasing, IndexType::kInt64, 4, -1, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(nt, kSentinel);
 
   // A bad index-type enum value is rejected, not read as int32.

@@ -124,6 +124,8 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
     constexpr int BT = decltype(bt)::value, K = decltype(k)::value, V = decltype(v)::value;
     constexpr int kThreads = kernels::kIntraMmaWarps * kWarpSize;
     if constexpr (BT == 64) {
+      // every_sequence_short's host threshold is the kernel's: a bound above kShortChunkRows would skip chunks.
+      static_assert(kShortBatchAverageTokens == kernels::kShortChunkRows, "the short-only prepare's chunk rows");
       if (short_path && every_sequence_short(g.metadata)) {  // the caller bounds every sequence at 16 tokens
         kernels::chunk_prepare_inputs_short_only_mma_kernel<E, BT, K, V>
             <<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);

@@ -160,6 +160,9 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 // rules that out with the builder's tables (NT = N: no sequence spans two chunks) or the caller's bound on the
 // sequence lengths (every_sequence_short); with derived tables alone it cannot, and the ticket form costs ~6 % of the
 // stage on a batch without chains (docs/performance.md v42, v43).
+// every_sequence_short's host threshold must be what the short kernel takes, or its kShortOnly form would skip
+// sequences that the bound allows.
+static_assert(kShortBatchAverageTokens == kernels::kShortStateRows, "the short state kernel's sequence bound");
 inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
   const ChunkMetadataArgs& m = a.geometry.metadata;
   return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences) &&
