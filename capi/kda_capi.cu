@@ -40,8 +40,18 @@ static_assert(KDA_BETA_NONE == int(kda::BetaActivation::kNone) && KDA_BETA_SIGMO
 static_assert(KDA_STATE_K_FIRST == int(kda::StateLayout::kKFirst) && KDA_STATE_V_FIRST == int(kda::StateLayout::kVFirst),
               "state layout codes");
 
-// ---- The version-1 layout is frozen (64-bit targets; tests/capi/c_header_check.c asserts the same from C) --------
-static_assert(sizeof(void*) != 8 || sizeof(kda_chunk_kda_args) == 320, "kda_chunk_kda_args v1 is 320 bytes");
+static_assert(uint32_t(KDA_DEVICE_STATUS_BAD_CU_SEQLENS) == uint32_t(kda::detail::kDeviceStatusBadCuSeqlens) &&
+                  uint32_t(KDA_DEVICE_STATUS_BAD_CHUNK_TABLE) == uint32_t(kda::detail::kDeviceStatusBadChunkTable) &&
+                  uint32_t(KDA_DEVICE_STATUS_BAD_STATE_INDEX) == uint32_t(kda::detail::kDeviceStatusBadStateIndex) &&
+                  uint32_t(KDA_DEVICE_STATUS_SEQUENCE_OVER_BOUND) ==
+                      uint32_t(kda::detail::kDeviceStatusSequenceOverBound),
+              "device status bits");
+
+// ---- The layouts are frozen (64-bit targets; tests/capi/c_header_check.c asserts the same from C) ----------------
+// Version 1 is the first 320 bytes; version 2 appends max_sequence_tokens.
+static_assert(sizeof(void*) != 8 || (sizeof(kda_chunk_kda_args) == 328 &&
+                                     offsetof(kda_chunk_kda_args, max_sequence_tokens) == 320),
+              "kda_chunk_kda_args v2 is v1's 320 bytes and max_sequence_tokens");
 static_assert(sizeof(void*) != 8 || (offsetof(kda_chunk_kda_args, cu_seqlens) == 48 &&
                                      offsetof(kda_chunk_kda_args, num_chunks) == 72 &&
                                      offsetof(kda_chunk_kda_args, scale) == 108 &&
@@ -57,9 +67,11 @@ namespace {
 using kda::Status;
 using kda::StatusCode;
 
-// Struct sizes this library knows. A later version that appends fields adds the old sizes here and reads only the
-// fields an old caller has.
-constexpr size_t kArgsSizeV1 = sizeof(kda_chunk_kda_args);
+// Struct sizes this library knows. Each version appends fields; an older caller's struct is read only up to its
+// size, and the fields past it take their defaults.
+constexpr size_t kArgsSizeV1 = offsetof(kda_chunk_kda_args, max_sequence_tokens);
+constexpr size_t kArgsSizeV2 = sizeof(kda_chunk_kda_args);
+constexpr bool known_args_size(size_t size) { return size == kArgsSizeV1 || size == kArgsSizeV2; }
 
 thread_local const char* t_last_error = "ok";
 
@@ -90,7 +102,7 @@ bool to_index_type(int32_t code, kda::IndexType* out) { return to_enum(code, KDA
 
 Status check_args_struct(const kda_chunk_kda_args* c) {
   if (c == nullptr) return kda::invalid_argument("args: null");
-  if (c->struct_size != kArgsSizeV1) {
+  if (!known_args_size(c->struct_size)) {
     return kda::invalid_argument("args->struct_size: unknown size (set it with kda_chunk_kda_args_init)");
   }
   return Status();
@@ -134,6 +146,7 @@ Status convert_args(const kda_chunk_kda_args* c, kda::ChunkKdaArgs* out) {
   m.chunk_indices = kda::IndexSpan{c->chunk_indices, table_type};
   m.chunk_offsets = kda::IndexSpan{c->chunk_offsets, table_type};
   m.num_chunks = c->num_chunks;
+  m.max_sequence_tokens = c->struct_size >= kArgsSizeV2 ? c->max_sequence_tokens : 0;  // a v1 struct ends before it
   g.num_heads = c->num_heads;
   g.head_dim_k = c->head_dim_k;
   g.head_dim_v = c->head_dim_v;
@@ -182,7 +195,7 @@ extern "C" {
 KDA_CAPI_EXPORT kda_status kda_chunk_kda_args_init(kda_chunk_kda_args* args, size_t struct_size) {
   return guarded([&]() -> Status {
     if (args == nullptr) return kda::invalid_argument("args: null");
-    if (struct_size != kArgsSizeV1) return kda::invalid_argument("struct_size: unknown kda_chunk_kda_args size");
+    if (!known_args_size(struct_size)) return kda::invalid_argument("struct_size: unknown kda_chunk_kda_args size");
     kda_chunk_kda_args a;
     std::memset(&a, 0, sizeof(a));
     a.struct_size = struct_size;
@@ -203,7 +216,8 @@ KDA_CAPI_EXPORT kda_status kda_chunk_kda_args_init(kda_chunk_kda_args* args, siz
     a.pool_size = -1;
     a.state_layout = KDA_STATE_K_FIRST;
     a.state_indices_type = KDA_INDEX_INT32;
-    std::memcpy(args, &a, sizeof(a));
+    a.max_sequence_tokens = 0;
+    std::memcpy(args, &a, struct_size);  // a version-1 caller's struct ends before the version-2 fields
     return Status();
   });
 }
@@ -235,6 +249,17 @@ KDA_CAPI_EXPORT kda_status kda_count_chunks(const void* cu_seqlens, int cu_type,
     kda::IndexType cu;
     if (!to_index_type(cu_type, &cu)) return kda::invalid_argument("cu_type: unknown KDA_INDEX_* code");
     return kda::count_chunks(cu_seqlens, cu, num_sequences, chunk_size, total_tokens, num_chunks, bad_position);
+  });
+}
+
+KDA_CAPI_EXPORT kda_status kda_longest_sequence(const void* cu_seqlens, int cu_type, int64_t num_sequences,
+                                                int64_t total_tokens, int64_t* max_sequence_tokens,
+                                                int64_t* bad_position) {
+  return guarded([&]() -> Status {
+    clear_position(bad_position);
+    kda::IndexType cu;
+    if (!to_index_type(cu_type, &cu)) return kda::invalid_argument("cu_type: unknown KDA_INDEX_* code");
+    return kda::longest_sequence(cu_seqlens, cu, num_sequences, total_tokens, max_sequence_tokens, bad_position);
   });
 }
 

@@ -46,8 +46,13 @@
 #define KDA_CAPI_EXPORT
 #endif
 
-/* The ABI version this header describes; kda_abi_version() returns the library's. They must be equal. */
-#define KDA_C_ABI_VERSION 1
+/* The ABI version this header describes; kda_abi_version() returns the library's. A library accepts the argument
+ * structs of its own and of every earlier version (struct_size tells them apart), so a caller needs
+ * kda_abi_version() >= the KDA_C_ABI_VERSION it was compiled with.
+ *   1: the first release.
+ *   2: kda_chunk_kda_args.max_sequence_tokens appended (328 bytes); KDA_DEVICE_STATUS_* and the device status word;
+ *      kda_longest_sequence. */
+#define KDA_C_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -107,12 +112,13 @@ typedef struct kda_mutable_tensor_view {
 } kda_mutable_tensor_view;
 
 /* Everything one kda_chunk_kda_fwd call reads. Fill it with kda_chunk_kda_args_init first: a zeroed struct is NOT
- * a valid default (pool_size, num_chunks and lower_bound default to -1, -1 and -5). The layout is fixed for
- * KDA_C_ABI_VERSION 1 (320 bytes on 64-bit targets, no implicit padding); later versions only append fields, and
- * struct_size tells the library which version the caller was built with. */
+ * a valid default (pool_size, num_chunks and lower_bound default to -1, -1 and -5). The layout is fixed per version
+ * (64-bit targets, no implicit padding): version 1 is the first 320 bytes, version 2 appends max_sequence_tokens
+ * (328 bytes). Versions only append fields, and struct_size tells the library which version the caller was built
+ * with: a version-1 struct (struct_size 320) runs as version 2 with the appended fields at their defaults. */
 typedef struct kda_chunk_kda_args {
-  /* sizeof(kda_chunk_kda_args) of the header the caller compiled against. The library rejects a size it does not
-   * know (KDA_STATUS_INVALID_ARGUMENT). Set by kda_chunk_kda_args_init. Version 1 knows only its own size. */
+  /* sizeof(kda_chunk_kda_args) of the header the caller compiled against: 320 (version 1) or 328 (version 2). The
+   * library rejects a size it does not know (KDA_STATUS_INVALID_ARGUMENT). Set by kda_chunk_kda_args_init. */
   size_t struct_size;
 
   /* ---- Batch geometry ---- */
@@ -133,8 +139,7 @@ typedef struct kda_chunk_kda_args {
   const void* chunk_offsets;  /* device [N+1] first global chunk of each sequence, or NULL */
   int64_t num_chunks;         /* host NT of the tables; required (>= 0) with them, ignored without. Default -1. */
   int32_t chunk_table_type;   /* KDA_INDEX_*: element type of both tables. Default INT32. */
-  /* (The C++ API's optional bound on the sequence lengths, ChunkMetadataArgs::max_sequence_tokens, is not part of
-   * this ABI yet: calls made here run as with it unknown.) */
+  /* (The optional bound on the sequence lengths, max_sequence_tokens, is the last field: it came with version 2.) */
 
   /* ---- Element types of the raw gate and beta, gate and beta processing ---- */
   int32_t g_type;           /* KDA_SCALAR_*: element type of g. Default FLOAT32. */
@@ -166,13 +171,22 @@ typedef struct kda_chunk_kda_args {
                                         = N; without state_indices it must be -1 or >= N */
   int32_t state_layout;              /* KDA_STATE_*. Default K_FIRST. */
   int32_t state_indices_type;        /* KDA_INDEX_*: element type of state_indices. Default INT32. */
+
+  /* ---- Version 2 ---- */
+  /* A bound the caller knows on the host for every sequence's length (vLLM's max_query_len; kda_longest_sequence
+   * computes it from host cu_seqlens), or 0 (the default) = unknown. When set it must be >= ceil(T / N). With it at
+   * most 16 and chunk_size 64 the call runs its kernels for short sequences alone (speculative and decode batches:
+   * fewer launches, more blocks per SM; the same bits as without it). A sequence longer than the bound is not
+   * computed (its o rows and final state are left as they were) and sets KDA_DEVICE_STATUS_SEQUENCE_OVER_BOUND in the
+   * device status word; nothing is written out of bounds. */
+  int64_t max_sequence_tokens;
 } kda_chunk_kda_args;
 
 /* Fills *args with the defaults documented above and struct_size = struct_size: every pointer NULL, every stride and
  * size 0, head dims 128, chunk size 64, bf16, int32 indices, fp32 g and beta, softplus gate, sigmoid beta,
- * qk_l2norm 1, lower_bound -5, scale 0, num_chunks -1, pool_size -1, K-first state. Pass sizeof(kda_chunk_kda_args)
- * of your header (ctypes: ctypes.sizeof(KdaChunkKdaArgs)); a size the library does not know is rejected and *args
- * is left untouched. Pure host function. */
+ * qk_l2norm 1, lower_bound -5, scale 0, num_chunks -1, pool_size -1, K-first state, max_sequence_tokens 0. Pass
+ * sizeof(kda_chunk_kda_args) of your header (ctypes: ctypes.sizeof(KdaChunkKdaArgs)); exactly struct_size bytes are
+ * written. A size the library does not know is rejected and *args is left untouched. Pure host function. */
 KDA_CAPI_EXPORT kda_status kda_chunk_kda_args_init(kda_chunk_kda_args* args, size_t struct_size);
 
 /* ---- The prefill ---------------------------------------------------------------------------------------------- */
@@ -186,9 +200,22 @@ KDA_CAPI_EXPORT kda_status kda_chunk_kda_workspace_size(const kda_chunk_kda_args
 /* Enqueues the whole fused-gate KDA prefill on `stream`. workspace: device memory of workspace_bytes >=
  * kda_chunk_kda_workspace_size() (NULL only when that size is 0), 256-byte aligned (as hipMalloc/cudaMalloc give).
  * All argument checks happen before anything is enqueued; KDA_STATUS_RUNTIME_ERROR reports a failed launch.
- * Asynchronous: outputs are ready when the stream reaches this point. */
+ * Asynchronous: outputs are ready when the stream reaches this point, and so is the device status word (below). */
 KDA_CAPI_EXPORT kda_status kda_chunk_kda_fwd(const kda_chunk_kda_args* args, void* workspace, size_t workspace_bytes,
                                              void* stream);
+
+/* The device status word: what only the device can see (device-resident cu_seqlens and tables, state indices) and
+ * so cannot be an argument error. The uint32_t at byte 0 of the workspace holds, once the stream has reached the end
+ * of a kda_chunk_kda_fwd call, the OR of these bits for that call (0: nothing wrong; each call clears it first).
+ * Kernels clamp every index they derive from such data, so nothing is read or written out of bounds either way.
+ * Reading it needs a device-to-host copy after the call (e.g. in a debug build of the engine), never a sync inside
+ * the library. */
+enum {
+  KDA_DEVICE_STATUS_BAD_CU_SEQLENS = 1,     /* cu_seqlens decreasing, outside [0, T], cu[0] != 0 or cu[N] != T */
+  KDA_DEVICE_STATUS_BAD_CHUNK_TABLE = 2,    /* chunk_indices / chunk_offsets disagree with cu_seqlens */
+  KDA_DEVICE_STATUS_BAD_STATE_INDEX = 4,    /* a state_indices entry >= pool_size (treated as "no state") */
+  KDA_DEVICE_STATUS_SEQUENCE_OVER_BOUND = 8 /* a sequence longer than max_sequence_tokens (not computed) */
+};
 
 /* ---- Host chunk-metadata builder (mirrors kda/chunk_metadata.hpp) --------------------------------------------- *
  * From host cu_seqlens ([N+1] of cu_type) and a chunk size BT in {16, 32, 64}:
@@ -202,6 +229,12 @@ KDA_CAPI_EXPORT kda_status kda_chunk_kda_fwd(const kda_chunk_kda_args* args, voi
 KDA_CAPI_EXPORT kda_status kda_count_chunks(const void* cu_seqlens, int cu_type, int64_t num_sequences,
                                             int chunk_size, int64_t total_tokens, int64_t* num_chunks,
                                             int64_t* bad_position);
+
+/* Validates cu_seqlens like kda_count_chunks and returns the longest sequence's length in *max_sequence_tokens (0
+ * when every sequence is empty): the bound to pass as kda_chunk_kda_args.max_sequence_tokens. (Since version 2.) */
+KDA_CAPI_EXPORT kda_status kda_longest_sequence(const void* cu_seqlens, int cu_type, int64_t num_sequences,
+                                                int64_t total_tokens, int64_t* max_sequence_tokens,
+                                                int64_t* bad_position);
 
 /* Fills chunk_indices (host [capacity_rows,2] of out_type) and chunk_offsets (host [N+1] of out_type) and returns NT
  * in *num_chunks. Also checks capacity_rows >= NT and that every value fits out_type. chunk_indices may be NULL only
@@ -221,7 +254,8 @@ KDA_CAPI_EXPORT kda_status kda_chunk_metadata_bytes(int64_t num_chunks, int64_t 
                                                     size_t* bytes);
 
 /* Where kda_upload_chunk_metadata put the tables: copy these into kda_chunk_kda_args (chunk_indices, chunk_offsets,
- * num_chunks, chunk_table_type). */
+ * num_chunks, chunk_table_type). Its layout is fixed (40 bytes); the longest sequence, which the C++ upload also
+ * returns, comes from kda_longest_sequence here. */
 typedef struct kda_device_chunk_metadata {
   const void* chunk_indices;  /* device [NT,2]: the device buffer's start */
   const void* chunk_offsets;  /* device [N+1], inside the same buffer */

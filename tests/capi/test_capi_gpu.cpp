@@ -66,7 +66,7 @@ std::vector<Config> configs() {
           {"bf16_precomputed_bf16inputs", DType::kBF16, GateKind::kPrecomputed, c}};
 }
 
-ref::KdaProblem make_problem(const Config& c, uint64_t seed) {
+ref::KdaProblem make_problem(const Config& c, uint64_t seed, const std::vector<int64_t>& cu = kCu) {
   ref::ProblemOptions o;
   o.with_initial_state = true;
   o.zero_gate_fraction = 0.02;
@@ -77,7 +77,7 @@ ref::KdaProblem make_problem(const Config& c, uint64_t seed) {
     o.with_dt_bias = true;
     o.with_A_log = c.gate == GateKind::kSoftplus;
   }
-  return ref::make_random_problem(kCu, kH, kK, kV, c.io, c.gate, seed, o);
+  return ref::make_random_problem(cu, kH, kK, kV, c.io, c.gate, seed, o);
 }
 
 // The C arguments for dp's inputs, writing `o` and the state pool `final_state`.
@@ -151,8 +151,9 @@ struct Outputs {
   std::vector<uint8_t> o, state;
 };
 
-// One kda_chunk_kda_fwd through the C ABI on its own stream; `a` gets the tables when `with_tables`.
-void run_c(kda_chunk_kda_args a, const DeviceProblem& dp, bool with_tables) {
+// One kda_chunk_kda_fwd through the C ABI on its own stream; `a` gets the tables when `with_tables`. The call's
+// device status word (byte 0 of the workspace, kda_c.h) goes to *device_status when given.
+void run_c(kda_chunk_kda_args a, const DeviceProblem& dp, bool with_tables, uint32_t* device_status = nullptr) {
   hipStream_t stream = nullptr;
   KDA_ASSERT_RT(hipStreamCreate(&stream));
   UploadedTables tables;
@@ -170,6 +171,7 @@ void run_c(kda_chunk_kda_args a, const DeviceProblem& dp, bool with_tables) {
   KDA_ASSERT_C_OK(kda_chunk_kda_fwd(&a, ws.get(), bytes, stream));
   KDA_ASSERT_RT(hipStreamSynchronize(stream));
   KDA_ASSERT_RT(hipStreamDestroy(stream));
+  if (device_status != nullptr) KDA_ASSERT_RT(hipMemcpy(device_status, ws.get(), sizeof(uint32_t), hipMemcpyDeviceToHost));
 }
 
 // Final states (fp32, layout `l`) -> K-first [N,H,K,V] floats.
@@ -295,6 +297,67 @@ TEST(CapiGpu, StatePoolInPlace) {
     }
     expect_close_to_f64(p, o_floats(download_raw(o.get(), o_bytes), p.io_dtype), finals,
                         std::string("state pool, ") + (with_tables ? "uploaded" : "derived"));
+  }
+}
+
+// Version 2's bound on the sequence lengths through the C ABI, on batches of short sequences (the kernels for short
+// sequences alone): the same bytes as the C++ API without a bound, and a sequence over the bound is left untouched
+// and reported in the device status word.
+TEST(CapiGpu, SequenceBoundGivesTheSameBitsAndReportsASequenceOverIt) {
+  ASSERT_TRUE(have_gpu());
+  const Config c = configs()[0];  // bf16, chunks of 64, K-first
+  // Lengths 8, 0, 16, 9, 8; then the same with 20 tokens in the third sequence (over a bound of 16).
+  for (const std::vector<int64_t>& cu : {std::vector<int64_t>{0, 8, 8, 24, 33, 41}, std::vector<int64_t>{0, 8, 8, 28, 37, 45}}) {
+    const bool over = cu[3] - cu[2] > 16;
+    SCOPED_TRACE(over ? "one sequence over the bound" : "every sequence within the bound");
+    const ref::KdaProblem p = make_problem(c, over ? 41 : 40, cu);
+    auto dp = make_device_problem(p, c.opt);
+    ASSERT_NE(dp, nullptr);
+    const int64_t n = p.num_sequences();
+    const size_t o_bytes = size_t(p.T) * p.H * p.V * 2, state_bytes = dp->state_out.bytes();
+    const size_t row_bytes = size_t(p.H) * p.V * 2, slot_bytes = state_bytes / size_t(n);
+
+    // The C++ API without a bound: the bytes to match.
+    KDA_ASSERT_RT(hipMemsetAsync(dp->state_out.get(), 0, state_bytes, nullptr));
+    KDA_ASSERT_OK(run_chunk_kda(*dp));
+    KDA_ASSERT_RT(hipDeviceSynchronize());
+    const Outputs want{download_raw(dp->o.get(), o_bytes), dp->state_out.download_bytes()};
+
+    int64_t longest = -1;
+    KDA_ASSERT_C_OK(kda_longest_sequence(cu.data(), KDA_INDEX_INT64, n, p.T, &longest, nullptr));
+    ASSERT_EQ(longest, over ? 20 : 16);
+    for (bool with_tables : {true, false}) {
+      SCOPED_TRACE(with_tables ? "uploaded tables" : "derived tables");
+      DeviceBuffer o(o_bytes), state(state_bytes);
+      KDA_ASSERT_RT(hipMemsetAsync(o.get(), 0xff, o_bytes, nullptr));
+      KDA_ASSERT_RT(hipMemsetAsync(state.get(), 0, state_bytes, nullptr));
+      KDA_ASSERT_RT(hipDeviceSynchronize());
+      kda_chunk_kda_args a = c_args(*dp, o.get(), dp->state_in.as<float>(), state.as<float>());
+      a.max_sequence_tokens = 16;
+      uint32_t status = 0xdead;
+      run_c(a, *dp, with_tables, &status);
+      if (HasFatalFailure()) return;
+      const Outputs got{download_raw(o.get(), o_bytes), state.download_bytes()};
+      if (!over) {
+        EXPECT_EQ(status, 0u);
+        EXPECT_TRUE(got.o == want.o) << "o differs from the C++ API without a bound";
+        EXPECT_TRUE(got.state == want.state) << "final state differs from the C++ API without a bound";
+        continue;
+      }
+      EXPECT_EQ(status, uint32_t(KDA_DEVICE_STATUS_SEQUENCE_OVER_BOUND));
+      for (int64_t s = 0; s < n; ++s) {
+        const size_t o_begin = size_t(cu[size_t(s)]) * row_bytes, o_end = size_t(cu[size_t(s + 1)]) * row_bytes;
+        const size_t st_begin = size_t(s) * slot_bytes, st_end = st_begin + slot_bytes;
+        if (s == 2) {  // not computed: o keeps the 0xff fill, the final state its zeros
+          EXPECT_TRUE(std::all_of(got.o.begin() + o_begin, got.o.begin() + o_end, [](uint8_t x) { return x == 0xff; }));
+          EXPECT_TRUE(std::all_of(got.state.begin() + st_begin, got.state.begin() + st_end, [](uint8_t x) { return x == 0; }));
+        } else {
+          EXPECT_TRUE(std::equal(got.o.begin() + o_begin, got.o.begin() + o_end, want.o.begin() + o_begin)) << "o, sequence " << s;
+          EXPECT_TRUE(std::equal(got.state.begin() + st_begin, got.state.begin() + st_end, want.state.begin() + st_begin))
+              << "final state, sequence " << s;
+        }
+      }
+    }
   }
 }
 

@@ -7,6 +7,8 @@
 // at the end of each test process asserts that the CUDA driver library was never loaded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +19,7 @@
 
 #include "kda/kda_c.h"
 
-extern "C" void kda_capi_c_layout(size_t out[8]);  // c_header_check.c
+extern "C" void kda_capi_c_layout(size_t out[9]);  // c_header_check.c
 extern "C" int kda_capi_c_round_trip(void);        // c_header_check.c
 
 namespace {
@@ -102,7 +104,7 @@ TEST(CapiBasics, VersionAndStatusNames) {
 
 TEST(CapiBasics, HeaderIsValidCAndLayoutsAgree) {
   EXPECT_EQ(kda_capi_c_round_trip(), 0) << "the failing check's number, see c_header_check.c";
-  size_t c[8];
+  size_t c[9];
   kda_capi_c_layout(c);
   EXPECT_EQ(c[0], sizeof(kda_chunk_kda_args));
   EXPECT_EQ(c[1], offsetof(kda_chunk_kda_args, total_tokens));
@@ -112,8 +114,10 @@ TEST(CapiBasics, HeaderIsValidCAndLayoutsAgree) {
   EXPECT_EQ(c[5], offsetof(kda_chunk_kda_args, o));
   EXPECT_EQ(c[6], offsetof(kda_chunk_kda_args, pool_size));
   EXPECT_EQ(c[7], sizeof(kda_device_chunk_metadata));
+  EXPECT_EQ(c[8], offsetof(kda_chunk_kda_args, max_sequence_tokens));
   if (sizeof(void*) == 8) {
-    EXPECT_EQ(sizeof(kda_chunk_kda_args), 320u);
+    EXPECT_EQ(sizeof(kda_chunk_kda_args), 328u);
+    EXPECT_EQ(offsetof(kda_chunk_kda_args, max_sequence_tokens), 320u);  // version 1 is the first 320 bytes
   }
 }
 
@@ -164,12 +168,44 @@ TEST(CapiBasics, InitDefaults) {
   EXPECT_EQ(a.pool_size, -1);
   EXPECT_EQ(a.state_layout, KDA_STATE_K_FIRST);
   EXPECT_EQ(a.state_indices_type, KDA_INDEX_INT32);
+  EXPECT_EQ(a.max_sequence_tokens, 0);
 
   EXPECT_STATUS(kda_chunk_kda_args_init(nullptr, sizeof a), KDA_STATUS_INVALID_ARGUMENT, "args: null");
   kda_chunk_kda_args b;
   std::memset(&b, 0x5a, sizeof b);
-  EXPECT_STATUS(kda_chunk_kda_args_init(&b, sizeof b - 8), KDA_STATUS_INVALID_ARGUMENT, "struct_size");
+  EXPECT_STATUS(kda_chunk_kda_args_init(&b, sizeof b - 4), KDA_STATUS_INVALID_ARGUMENT, "struct_size");
   EXPECT_EQ(b.num_heads, 0x5a5a5a5a);  // untouched
+}
+
+// A caller compiled against version 1 (struct_size 320, no max_sequence_tokens) keeps working: init writes only its
+// 320 bytes, and the library never reads past them (the bound is then unknown).
+constexpr size_t kArgsSizeV1 = 320;
+static_assert(sizeof(void*) != 8 || offsetof(kda_chunk_kda_args, max_sequence_tokens) == kArgsSizeV1, "v1 size");
+
+TEST(CapiBasics, VersionOneStructIsStillAccepted) {
+  kda_chunk_kda_args a;
+  std::memset(&a, 0x5a, sizeof a);
+  ASSERT_EQ(kda_chunk_kda_args_init(&a, kArgsSizeV1), KDA_STATUS_OK) << last_error();
+  EXPECT_EQ(a.struct_size, kArgsSizeV1);
+  EXPECT_EQ(a.chunk_size, 64);
+  EXPECT_EQ(a.state_indices_type, KDA_INDEX_INT32);
+  unsigned char tail[sizeof a - kArgsSizeV1];
+  std::memcpy(tail, reinterpret_cast<const unsigned char*>(&a) + kArgsSizeV1, sizeof tail);
+  for (unsigned char byte : tail) EXPECT_EQ(byte, 0x5a) << "init wrote past a version-1 struct";
+
+  // The bytes past a version-1 struct are not the caller's: a bound of -1 there (invalid if read) must be ignored.
+  kda_chunk_kda_args v1 = valid_args();
+  v1.struct_size = kArgsSizeV1;
+  v1.max_sequence_tokens = -1;
+  EXPECT_STATUS(fwd_no_workspace(v1), KDA_STATUS_WORKSPACE_TOO_SMALL, "workspace");
+  size_t v1_bytes = 0, v2_bytes = 0;
+  ASSERT_EQ(kda_chunk_kda_workspace_size(&v1, &v1_bytes), KDA_STATUS_OK) << last_error();
+  kda_chunk_kda_args v2 = valid_args();
+  ASSERT_EQ(kda_chunk_kda_workspace_size(&v2, &v2_bytes), KDA_STATUS_OK) << last_error();
+  EXPECT_EQ(v1_bytes, v2_bytes);
+  // Read as version 2, the same bytes are an error: the field is read exactly when struct_size covers it.
+  v1.struct_size = sizeof v1;
+  EXPECT_STATUS(fwd_no_workspace(v1), KDA_STATUS_INVALID_ARGUMENT, "max_sequence_tokens");
 }
 
 // ---- kda_chunk_kda_fwd: every check returns its code and message, before any GPU call --------------------------
@@ -187,7 +223,7 @@ TEST(CapiFwdErrors, ValidArgumentsReachTheWorkspaceCheck) {
 
 TEST(CapiFwdErrors, StructAndNull) {
   EXPECT_STATUS(kda_chunk_kda_fwd(nullptr, nullptr, 0, nullptr), KDA_STATUS_INVALID_ARGUMENT, "args: null");
-  for (size_t size : {size_t(0), sizeof(kda_chunk_kda_args) - 8, sizeof(kda_chunk_kda_args) + 8, size_t(1) << 40}) {
+  for (size_t size : {size_t(0), kArgsSizeV1 - 8, kArgsSizeV1 + 4, sizeof(kda_chunk_kda_args) + 8, size_t(1) << 40}) {
     kda_chunk_kda_args a = valid_args();
     a.struct_size = size;
     EXPECT_STATUS(fwd_no_workspace(a), KDA_STATUS_INVALID_ARGUMENT, "struct_size");
@@ -239,6 +275,11 @@ const BadCase kBadCases[] = {
     {"NT above bound",
      [](kda_chunk_kda_args* a) { a->chunk_indices = fake(12); a->chunk_offsets = fake(13); a->num_chunks = 8; }, 1,
      "num_chunks", true},
+    // The bound on the sequence lengths (version 2): >= 0, and 0 or at least ceil(T / N) = 77.
+    {"max_sequence_tokens -1", [](kda_chunk_kda_args* a) { a->max_sequence_tokens = -1; }, 1,
+     "max_sequence_tokens: negative", true},
+    {"max_sequence_tokens below T/N", [](kda_chunk_kda_args* a) { a->max_sequence_tokens = 76; }, 1,
+     "max_sequence_tokens: smaller", true},
     // Pointers and views (not needed for sizing).
     {"null cu_seqlens", [](kda_chunk_kda_args* a) { a->cu_seqlens = nullptr; }, 1, "cu_seqlens: null", false},
     {"null q", [](kda_chunk_kda_args* a) { a->q.data = nullptr; }, 1, "q: null", false},
@@ -286,6 +327,15 @@ TEST(CapiFwdErrors, EachBadFieldHasItsCodeAndMessage) {
     } else {
       EXPECT_EQ(s, KDA_STATUS_OK) << last_error();
     }
+  }
+}
+
+// A bound of exactly ceil(T / N) is valid (validation takes no more than the host knows), as is the true longest.
+TEST(CapiFwdErrors, SequenceBoundAtLeastTheAverageIsValid) {
+  kda_chunk_kda_args a = valid_args();
+  for (int64_t bound : {int64_t(77), int64_t(129), int64_t(1) << 40}) {
+    a.max_sequence_tokens = bound;
+    EXPECT_STATUS(fwd_no_workspace(a), KDA_STATUS_WORKSPACE_TOO_SMALL, "workspace");
   }
 }
 
@@ -451,6 +501,14 @@ void check_batch(const Batch& b, int cu_type, int out_type) {
   ASSERT_EQ(kda_count_chunks(cu.data(), cu_type, n, b.chunk_size, -1, &nt, nullptr), KDA_STATUS_OK);
   EXPECT_EQ(nt, want_nt);
 
+  // The longest sequence, against a loop of its own.
+  int64_t want_longest = 0, longest = -1;
+  for (int64_t s = 0; s < n; ++s) want_longest = std::max(want_longest, b.cu[size_t(s + 1)] - b.cu[size_t(s)]);
+  pos = 42;
+  ASSERT_EQ(kda_longest_sequence(cu.data(), cu_type, n, b.cu.back(), &longest, &pos), KDA_STATUS_OK) << last_error();
+  EXPECT_EQ(longest, want_longest);
+  EXPECT_EQ(pos, -1);
+
   const size_t width = out_type == KDA_INDEX_INT64 ? 8 : 4;
   std::vector<unsigned char> indices(size_t(want_nt + 1) * 2 * width, 0xee), offsets(size_t(n + 1) * width, 0xee);
   nt = -1;
@@ -544,6 +602,18 @@ TEST(CapiMetadata, ErrorsNamePositionAndWriteNothing) {
   EXPECT_STATUS(kda_count_chunks(decreasing, 0, 3, 64, 229, &nt, &pos), 1, "decreasing");
   EXPECT_EQ(pos, 2);
   EXPECT_STATUS(kda_count_chunks(good, 0, 3, 64, 229, nullptr, &pos), 1, "num_chunks output is null");
+  EXPECT_EQ(nt, -9);
+
+  // kda_longest_sequence validates like kda_count_chunks and writes nothing on error.
+  EXPECT_STATUS(kda_longest_sequence(decreasing, 0, 3, 229, &nt, &pos), 1, "decreasing");
+  EXPECT_EQ(pos, 2);
+  EXPECT_STATUS(kda_longest_sequence(good, 0, 3, 230, &nt, &pos), 1, "total_tokens");
+  EXPECT_EQ(pos, 3);
+  pos = 5;
+  EXPECT_STATUS(kda_longest_sequence(good, 2, 3, 229, &nt, &pos), 1, "cu_type: unknown");
+  EXPECT_EQ(pos, -1);
+  EXPECT_STATUS(kda_longest_sequence(nullptr, 0, 3, 229, &nt, &pos), 1, "cu_seqlens is null");
+  EXPECT_STATUS(kda_longest_sequence(good, 0, 3, 229, nullptr, &pos), 1, "max_sequence_tokens output is null");
   EXPECT_EQ(nt, -9);
 
   size_t bytes = 5;
