@@ -99,6 +99,8 @@ class BenchProblem {
       geo.metadata.chunk_offsets = meta.chunk_offsets;
       geo.metadata.num_chunks = meta.num_chunks;
       geo.metadata.max_sequence_tokens = meta.max_sequence_tokens;  // what the builder knows on the host
+    } else if (bench_options().derived_bound) {
+      KDA_RETURN_IF_ERROR(longest_sequence(cu_host_.data(), IndexType::kInt32, N, T, &geo.metadata.max_sequence_tokens));
     }
 
     a.q = contiguous_view(static_cast<const void*>(q.get()), c.H, c.K);

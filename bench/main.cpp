@@ -31,6 +31,7 @@ void print_help() {
       "  --kda_graph          time the N calls as one captured graph instead of direct launches\n"
       "  --kda_output_separate  e2e benchmarks keep the output a launch of its own (the per-chunk h in memory)\n"
       "  --kda_staged         e2e benchmarks run chunk_kda_fwd's staged form (l2norm, gate, prepare apart)\n"
+      "  --kda_derived_bound  derived-table benchmarks also pass the longest sequence (max_sequence_tokens)\n"
       "  --kda_state_v_tile=N state_with_h stage benchmarks (and state_recurrence where the output is not folded)\n"
       "                       force V-tile width N (16, 32, 64; 0 = launcher's)\n"
       "  --kda_state_warps=N  the same benchmarks force N warps per block (4, 8; 0 = launcher's)\n"
@@ -83,6 +84,8 @@ int main(int argc, char** argv) {
       bench_options().output_separate = true;
     } else if (bool_flag(a, "--kda_staged")) {
       bench_options().staged = true;
+    } else if (bool_flag(a, "--kda_derived_bound")) {
+      bench_options().derived_bound = true;
     } else if (bool_flag(a, "--kda_state_fixed_share")) {
       bench_options().state_fixed_share = true;
     } else if (bool_flag(a, "--kda_graph")) {

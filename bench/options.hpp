@@ -28,6 +28,10 @@ struct BenchOptions {
   // --kda_staged: the end-to-end benchmarks run chunk_kda_fwd's staged form (detail::ChunkKdaPath::kStaged: l2norm,
   // gate and prepare as launches of their own) wherever the sizes would pick the fused one, to compare the two forms
   bool staged = false;
+  // --kda_derived_bound: the derived-table benchmarks also pass the longest sequence as
+  // ChunkMetadataArgs::max_sequence_tokens (kda::longest_sequence on the host cu_seqlens), as an engine that knows
+  // its max_query_len but builds no tables would; the builder mode passes it always
+  bool derived_bound = false;
 };
 
 inline BenchOptions& bench_options() {
