@@ -46,8 +46,8 @@ constexpr int kShortChunkRows = 16;
 
 // Shared memory of the short path, in bytes. While the A matrices are formed: q, k, G as fp32 rows of K + 4 floats
 // (16-byte aligned rows; eight rows read as float4 hit disjoint banks), the quarter's factor tiles for one round of
-// kFactorSlices 16-channel slices (per slice R' hi, R' lo: 8 rows each, then L' hi, L' lo: 16 rows each, as
-// intra_chunk_mma_block lays out one block's), and the exact pairs' per-slice sums. Afterwards Akk, Aqk, Tinv and
+// kFactorSlices 16-channel slices (per slice R': 8 rows, then L': 16 rows, as intra_chunk_mma_block lays out one
+// block's), and the exact pairs' per-slice sums. Afterwards Akk, Aqk, Tinv and
 // Tinv's hi / lo tiles (over q's rows when they fit), and the right-hand sides of w and u (over the factors; k and G
 // are still read while they are formed).
 template <int K, int V>
@@ -55,9 +55,9 @@ struct ShortPrepareLayout {
   static constexpr int kRows = kShortChunkRows;
   static constexpr int kLdS = K + 4;
   static constexpr int kSlices = K / 16;
-  static constexpr int kFactorSlices = kSlices < 4 ? kSlices : 4;  // per round: 6 KB of tiles
+  static constexpr int kFactorSlices = kSlices < 8 ? kSlices : 8;  // per round: 6 KB of tiles
   static constexpr int kRounds = kSlices / kFactorSlices;
-  static constexpr int kSliceRows = 2 * 8 + 2 * 16;
+  static constexpr int kSliceRows = 8 + 16;
   static constexpr int kPairs = 2 * (8 * 9 / 2);  // both triangles of the diagonal tile
   static constexpr int kLdO = kRows + 4;           // fp32 rows of Akk, Aqk, Tinv (16-byte aligned)
   static constexpr int kLdT = kRows + 8;           // 16-bit rows of Tinv hi / lo
@@ -314,13 +314,13 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
       if (quarter_row < 8) {
         const int col = quarter_row;
         const float2 decay = decay_exp2_pair(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-        store_factor_pair<E>(k.x * decay.x, k.y * decay.y, tile, tile + 8 * 16, quarter_row, d);
+        store_factor_pair(k.x * decay.x, k.y * decay.y, tile, quarter_row, d);
       } else {
         const int i = quarter_row - 8, row = 8 + i;
         const float2 decay = row < length ? decay_exp2_pair(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
         const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-        store_factor_pair<E>(k.x * decay.x, k.y * decay.y, tile + 16 * 16, tile + 32 * 16, i, d);
-        store_factor_pair<E>(q.x * decay.x, q.y * decay.y, tile + 16 * 16, tile + 32 * 16, 8 + i, d);
+        store_factor_pair(k.x * decay.x, k.y * decay.y, tile + 8 * 16, i, d);
+        store_factor_pair(q.x * decay.x, q.y * decay.y, tile + 8 * 16, 8 + i, d);
       }
     }
   };
@@ -385,15 +385,9 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
 #pragma unroll
       for (int s = 0; s < L::kFactorSlices; ++s) {
         const uint16_t* tile = factors + s * L::kSliceRows * 16;
-        const m::FragA lh = m::load_a_swizzled16(tile + 16 * 16, lane);
-        const m::FragA ll = m::load_a_swizzled16(tile + 32 * 16, lane);
-        m::FragB rh = m::load_b_transposed_swizzled16(tile, lane);
-        m::FragB rl = m::load_b_transposed_swizzled16(tile + 8 * 16, lane);
-        m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
-        m::keep_b_columns_0_to_7(rl, lane);
-        m::mma<E>(acc_quarter, lh, rh);
-        m::mma<E>(acc_quarter, lh, rl);
-        m::mma<E>(acc_quarter, ll, rh);
+        m::FragB rf = m::load_b_transposed_swizzled16(tile, lane);
+        m::keep_b_columns_0_to_7(rf, lane);  // R' has 8 rows: the 8 the load reads past them (L') are masked out
+        m::mma<IntraFactor>(acc_quarter, m::load_a_swizzled16(tile + 8 * 16, lane), rf);
       }
     }
     __syncthreads();  // the tiles are read before the next round (or the right-hand sides) overwrite them

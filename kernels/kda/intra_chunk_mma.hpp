@@ -6,7 +6,10 @@
 //     exp2(G_i - G_j) = exp2(G_i - G_r) * exp2(G_r - G_j),      both factors <= 1 (G is non-increasing),
 // so the off-diagonal tiles are products of two factor matrices: L_i = x_i exp2(G_i - G_r) (x = k or q) and
 // R_j = k_j exp2(G_r - G_j). No exponent is ever positive, so no finite gate overflows. The factors enter the
-// matrix units as hi + lo pairs of 16-bit values (hi*hi + hi*lo + lo*hi keeps ~16 significant bits).
+// matrix units as single fp16 values whatever the I/O type (IntraFactor: 11 significant bits, one product per tile;
+// q and k are L2-normalised, so every factor is at most 1 in magnitude, inside fp16's range). A float64 study of
+// this choice (docs/performance.md, v51) moves the end-to-end errors by under 1e-6 against the hi + lo pairs used
+// before, which cost three products and a second rounding per factor.
 //
 // Each diagonal tile splits the same way once more, at its middle row m = r + 8: its lower-left 8x8 quarter (rows
 // m.., columns ..m-1) is the product of L'_i = x_i exp2(G_i - G_m) and R'_j = k_j exp2(G_m - G_j), again both <= 1.
@@ -49,13 +52,12 @@ struct IntraMmaLayout {
   static constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows
                                                       // read as float4 hit disjoint banks
   static constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;  // off-diagonal 16x16 tiles
-  // Factor memory, in rows of 16 halves. Per 16-row block b: L (q hi, q lo, k hi, k lo; 16 rows each), the
-  // quarter's R' (hi, lo; 8 rows each) and L' (hi, lo; 16 rows each: k rows over q rows). Then R of every block,
-  // all hi rows (16 b rows for block b) before all lo rows. R' comes before L' so that the 8 rows a 16-row fragment
-  // load reads past R' lo are real memory (their products are masked out).
-  static constexpr int kRowsPerBlock = 4 * 16 + 2 * 8 + 2 * 16;
+  // Factor memory, in rows of 16 fp16 values. Per 16-row block b: L (q, k; 16 rows each), the quarter's R' (8 rows)
+  // and L' (16 rows: k rows over q rows). Then R of every block (16 b rows for block b). R' comes before L' so that
+  // the 8 rows a 16-row fragment load reads past R' are real memory (their products are masked out).
+  static constexpr int kRowsPerBlock = 2 * 16 + 8 + 16;
   static constexpr int kRRows = 16 * kTiles > 0 ? 16 * kTiles : 16;
-  static constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + 2 * kRRows) * 16;
+  static constexpr int kFactorHalves = (kBlocks * kRowsPerBlock + kRRows) * 16;
   static constexpr int kStageFloats = 3 * BT * kLdS;
   static constexpr int kLdO = BT + 4;                 // fp32 output rows (16-byte aligned for tril_inverse)
   static constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
@@ -84,13 +86,13 @@ __device__ inline int triangular_count(int x) {
 __device__ inline float2 decay_exp2_pair(float2 from, float2 to) {
   return make_float2(detail::decay_exp2(from.x - to.x), detail::decay_exp2(from.y - to.y));
 }
-// Two neighbouring channels' factors x0, x1 of one tile row as hi + lo pairs (numeric::split_hi_lo's bits, by pack2):
-// one packed rounding for both his, one for both los, and one 32-bit store into each swizzled16 tile.
-template <typename E>
-__device__ inline void store_factor_pair(float x0, float x1, uint16_t* hi_tile, uint16_t* lo_tile, int row, int d) {
-  const numeric::HiLoWords w = numeric::split_hi_lo2<E>(x0, x1);
-  *reinterpret_cast<uint32_t*>(&hi_tile[detail::mma::swizzled16(row, d)]) = w.hi;
-  *reinterpret_cast<uint32_t*>(&lo_tile[detail::mma::swizzled16(row, d)]) = w.lo;
+// The element type of the factor products, for every I/O type: fp16 carries three more significant bits than bf16,
+// and the factors (at most 1 in magnitude) need none of bf16's range.
+using IntraFactor = fp16_t;
+// Two neighbouring channels' factors x0, x1 of one tile row: one paired rounding to IntraFactor and one 32-bit store
+// into the swizzled16 tile.
+__device__ inline void store_factor_pair(float x0, float x1, uint16_t* tile, int row, int d) {
+  *reinterpret_cast<uint32_t*>(&tile[detail::mma::swizzled16(row, d)]) = numeric::pack2<IntraFactor>(x0, x1);
 }
 // One exact pair (row i, column j <= i) over 16 channels: sum_d k_i[d] k_j[d] exp2(G_i[d] - G_j[d]) and the same with
 // q_i, from fp32 rows at the slice's first channel (16-byte aligned). Four channels per 16-byte shared load.
@@ -154,7 +156,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   using L = IntraMmaLayout<BT>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   constexpr int kBlocks = L::kBlocks, kSlice = L::kSlice, kLdS = L::kLdS, kRowsPerBlock = L::kRowsPerBlock;
-  constexpr int kRRows = L::kRRows, kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
+  constexpr int kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
   constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
@@ -170,16 +172,11 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   auto rows = [&](int row) { return factors + row * 16; };  // the factor tile starting at this row
-  auto lq_hi = [&](int b) { return rows(b * kRowsPerBlock); };
-  auto lq_lo = [&](int b) { return rows(b * kRowsPerBlock + 16); };
-  auto lk_hi = [&](int b) { return rows(b * kRowsPerBlock + 32); };
-  auto lk_lo = [&](int b) { return rows(b * kRowsPerBlock + 48); };
-  auto rq_hi = [&](int b) { return rows(b * kRowsPerBlock + 64); };  // R' of block b's diagonal quarter
-  auto rq_lo = [&](int b) { return rows(b * kRowsPerBlock + 72); };
-  auto lqr_hi = [&](int b) { return rows(b * kRowsPerBlock + 80); };  // L' (k rows 0-7, q rows 8-15)
-  auto lqr_lo = [&](int b) { return rows(b * kRowsPerBlock + 96); };
-  auto r_hi = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1)); };
-  auto r_lo = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1) + kRRows); };
+  auto lq = [&](int b) { return rows(b * kRowsPerBlock); };
+  auto lk = [&](int b) { return rows(b * kRowsPerBlock + 16); };
+  auto rq = [&](int b) { return rows(b * kRowsPerBlock + 32); };   // R' of block b's diagonal quarter
+  auto lqr = [&](int b) { return rows(b * kRowsPerBlock + 40); };  // L' (k rows 0-7, q rows 8-15)
+  auto r = [&](int b) { return rows(kBlocks * kRowsPerBlock + 8 * b * (b - 1)); };
   for (int i = threadIdx.x; i < BT; i += kThreads) {
     const float raw = i < chunk.length ? detail::load_scalar(p.beta, p.beta_type, chunk.start + i, h, 0) : 0.0f;
     beta_s[i] = i < chunk.length ? detail::activate_beta(raw, p.beta_activation) : 0.0f;
@@ -415,8 +412,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
           const int row = ref + grp;
           const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
           const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-          store_factor_pair<E>(q.x * decay.x, q.y * decay.y, lq_hi(b), lq_lo(b), grp, d);
-          store_factor_pair<E>(k.x * decay.x, k.y * decay.y, lk_hi(b), lk_lo(b), grp, d);
+          store_factor_pair(q.x * decay.x, q.y * decay.y, lq(b), grp, d);
+          store_factor_pair(k.x * decay.x, k.y * decay.y, lk(b), grp, d);
         }
         // The diagonal quarter against the middle row mid: R' (rows ref + i) and L' (rows mid + i, k and q).
         const int mid = ref + 8;
@@ -425,19 +422,19 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
           if (quarter_row < 8) {
             const int col = ref + quarter_row;
             const float2 decay = decay_exp2_pair(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-            store_factor_pair<E>(k.x * decay.x, k.y * decay.y, rq_hi(b), rq_lo(b), quarter_row, d);
+            store_factor_pair(k.x * decay.x, k.y * decay.y, rq(b), quarter_row, d);
           } else {
             const int i = quarter_row - 8, row = mid + i;
             const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
             const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-            store_factor_pair<E>(k.x * decay.x, k.y * decay.y, lqr_hi(b), lqr_lo(b), i, d);
-            store_factor_pair<E>(q.x * decay.x, q.y * decay.y, lqr_hi(b), lqr_lo(b), 8 + i, d);
+            store_factor_pair(k.x * decay.x, k.y * decay.y, lqr(b), i, d);
+            store_factor_pair(q.x * decay.x, q.y * decay.y, lqr(b), 8 + i, d);
           }
         }
         // R of block b: the rows before it, against its reference row.
         for (int j = grp; j < ref; j += kRowGroups) {
           const float2 decay = decay_exp2_pair(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
-          store_factor_pair<E>(k.x * decay.x, k.y * decay.y, r_hi(b), r_lo(b), j, d);
+          store_factor_pair(k.x * decay.x, k.y * decay.y, r(b), j, d);
         }
       }
     }
@@ -457,23 +454,13 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     for (int s = 0; s < kSlots; ++s) {
       const int a = slot_a[s], b = slot_b[s];
       if (16 * a >= chunk.length) continue;  // no product, or its row block has no rows (uniform over the warp)
-      const uint16_t* l_hi = slot_m[s] == 0 ? lk_hi(a) : lq_hi(a);
-      const m::FragA lh = m::load_a_swizzled16(l_hi, lane), ll = m::load_a_swizzled16(l_hi + 16 * 16, lane);
-      const m::FragB rh = m::load_b_transposed_swizzled16(r_hi(a) + 16 * b * 16, lane);
-      const m::FragB rl = m::load_b_transposed_swizzled16(r_lo(a) + 16 * b * 16, lane);
-      m::mma<E>(acc[s], lh, rh);
-      m::mma<E>(acc[s], lh, rl);
-      m::mma<E>(acc[s], ll, rh);
+      const m::FragA l = m::load_a_swizzled16(slot_m[s] == 0 ? lk(a) : lq(a), lane);
+      m::mma<IntraFactor>(acc[s], l, m::load_b_transposed_swizzled16(r(a) + 16 * b * 16, lane));
     }
     if (has_quarter) {
-      const m::FragA lh = m::load_a_swizzled16(lqr_hi(qb), lane), ll = m::load_a_swizzled16(lqr_lo(qb), lane);
-      m::FragB rh = m::load_b_transposed_swizzled16(rq_hi(qb), lane);
-      m::FragB rl = m::load_b_transposed_swizzled16(rq_lo(qb), lane);
-      m::keep_b_columns_0_to_7(rh, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
-      m::keep_b_columns_0_to_7(rl, lane);
-      m::mma<E>(acc_quarter, lh, rh);
-      m::mma<E>(acc_quarter, lh, rl);
-      m::mma<E>(acc_quarter, ll, rh);
+      m::FragB rf = m::load_b_transposed_swizzled16(rq(qb), lane);
+      m::keep_b_columns_0_to_7(rf, lane);  // R' has 8 rows: the 8 the load reads past them are masked out
+      m::mma<IntraFactor>(acc_quarter, m::load_a_swizzled16(lqr(qb), lane), rf);
     }
   }
 

@@ -17,6 +17,11 @@ namespace {
 // fp32 stages see only summation-order differences; stages that round to bf16 may flip a last bit here and there.
 constexpr double kFp32StageBar = 1e-4;
 constexpr double kRoundedStageBar = 2e-3;
+// Akk and Aqk: their off-diagonal tiles are products of fp16 factors (intra_chunk_mma.hpp, IntraFactor), ~2e-5 rms
+// against the exact fp32 sums on these problems and up to 1.25e-4 where q and k have mixed signs (a CPU model of the
+// kernel's arithmetic, docs/performance.md v51); Tinv and everything downstream keep their bars (2.9e-6 and 1.3e-4
+// worst in that model, against 1e-4 and 2e-3).
+constexpr double kFactorStageBar = 5e-4;
 
 struct StageCase {
   std::string name;
@@ -154,8 +159,8 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
                      contiguous_view(static_cast<const void*>(kn.get()), p.H, p.K), beta_view, ScalarType::kFloat32,
                      p.beta_activation, G.as<float>(), p.scale, akk.as<float>(), aqk.as<float>()};
     EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-    expect_near(R.Akk, download_floats(akk.get(), T * H * BT), kFp32StageBar, tag + "Akk");
-    expect_near(R.Aqk, download_floats(aqk.get(), T * H * BT), kFp32StageBar, tag + "Aqk");
+    expect_near(R.Akk, download_floats(akk.get(), T * H * BT), kFactorStageBar, tag + "Akk");
+    expect_near(R.Aqk, download_floats(aqk.get(), T * H * BT), kFactorStageBar, tag + "Aqk");
     std::vector<uint8_t> bytes = akk.download_bytes(), more = aqk.download_bytes();
     bytes.insert(bytes.end(), more.begin(), more.end());
     return bytes;
@@ -181,7 +186,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
     EXPECT_TRUE(launch_intra_chunk(a, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
     SolveTrilArgs s{geometry(p, BT, *m), akk.as<float>(), staged.as<float>()};
     EXPECT_TRUE(launch_solve_tril(s, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-    expect_near(R.Akk, download_floats(akk.get(), T * H * BT), kFp32StageBar, tag + "fused Akk");
+    expect_near(R.Akk, download_floats(akk.get(), T * H * BT), kFactorStageBar, tag + "fused Akk");
     expect_near(R.Tinv, download_floats(tinv.get(), T * H * BT), kFp32StageBar, tag + "fused Tinv");
     const std::vector<uint8_t> fused = tinv.download_bytes();
     EXPECT_EQ(fused, staged.download_bytes()) << tag << "fused Tinv differs from solve_tril on the same Akk";
