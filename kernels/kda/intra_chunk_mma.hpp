@@ -282,22 +282,30 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
             numeric::unpack2<E>(numeric::pack2<E>(kv[c] * inv_k_s[i], kv[c + 1] * inv_k_s[i]), &kv[c], &kv[c + 1]);
           }
         }
-        // The activated gate of each channel; the chunk-local sum follows once the whole slice is here.
-        const float graw[8] = {r.g[2 * x].x, r.g[2 * x].y, r.g[2 * x].z, r.g[2 * x].w,
-                               r.g[2 * x + 1].x, r.g[2 * x + 1].y, r.g[2 * x + 1].z, r.g[2 * x + 1].w};
-        float gv[8] = {};
-        if (i < chunk.length) {  // rows past the chunk: zeros, and no gate work
-#pragma unroll
-          for (int c = 0; c < 8; ++c)
-            gv[c] = detail::gate_value(graw[c] + bias_s[d0 + d + c], in->gate, a_log_exp, in->lower_bound);
-        }
-        *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = make_float4(gv[0], gv[1], gv[2], gv[3]);
-        *reinterpret_cast<float4*>(&g_s[i * kLdS + d + 4]) = make_float4(gv[4], gv[5], gv[6], gv[7]);
       }
 #pragma unroll
       for (int c = 0; c < 8; c += 4) {
         *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
         *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
+      }
+      if constexpr (kFromInputs) {
+        // The activated gate of each channel; the chunk-local sum follows once the whole slice is here. Formed four
+        // channels at a time after q and k are stored, so that few values are live at once: formed beside them, eight
+        // at a time, it made ptxas spill the slice loop's accumulators at 128 registers (36 / 48 bytes, reloaded in
+        // every slice; v52 in docs/performance.md).
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float4 graw = r.g[2 * x + half];
+          float4 gv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (i < chunk.length) {  // rows past the chunk: zeros, and no gate work
+            const float* bias = &bias_s[d0 + d + 4 * half];
+            gv.x = detail::gate_value(graw.x + bias[0], in->gate, a_log_exp, in->lower_bound);
+            gv.y = detail::gate_value(graw.y + bias[1], in->gate, a_log_exp, in->lower_bound);
+            gv.z = detail::gate_value(graw.z + bias[2], in->gate, a_log_exp, in->lower_bound);
+            gv.w = detail::gate_value(graw.w + bias[3], in->gate, a_log_exp, in->lower_bound);
+          }
+          *reinterpret_cast<float4*>(&g_s[i * kLdS + d + 4 * half]) = gv;
+        }
       }
     }
     if constexpr (!kFromInputs) {
