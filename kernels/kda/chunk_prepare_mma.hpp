@@ -82,8 +82,11 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
     inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
   if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
   // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
-  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true>(ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s,
-                                                      wp.w, wp.kg);
+  // The exact diagonal pairs in slots of their own where that costs no spills: at this kernel's 128 registers without
+  // the short path (kShortChunks false) ptxas then spills in the slice loop and the kernel measured 3 % slower
+  // (docs/performance.md, v53), so there they stay in the general slots.
+  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true, /*kDiagonalSlots=*/kShortChunks>(
+      ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s, wp.w, wp.kg);
   const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
   auto tinv_row4 = [&](int i, int j) {
     return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);

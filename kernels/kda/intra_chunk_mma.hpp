@@ -116,6 +116,20 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
   }
   return {kk, qk};
 }
+// exact_pair_sums16's qk for a pair on the diagonal (j = i), whose decay exp2(0) is exactly 1: the same sums in the
+// same order without the exp2 and the products by 1, so the bits are those of exact_pair_sums16(q_i, k_i, g_i, k_i,
+// g_i).qk (FusedPrepareShortPathMatchesLongPath compares them with the short path, which still takes the general
+// form). Its kk would be Akk's diagonal, which is not stored.
+__device__ inline float exact_diagonal_qk16(const float* q_i, const float* k_i) {
+  float qk = 0.0f;
+#pragma unroll
+  for (int d = 0; d < 16; d += 4) {
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d]);
+    qk += qi4.x * ki4.x + qi4.y * ki4.y + qi4.z * ki4.z + qi4.w * ki4.w;
+  }
+  return qk;
+}
 
 // Four Aqk values at element `at` of [T,H,BT]: fp32, or the hi + lo pair in E (8 bytes each; the output stage's split,
 // done once here) when p.aqk_hi is set.
@@ -147,7 +161,7 @@ __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) 
 // the q rows [BT] and k rows [BT] (filled by qk_row_inv_norms when in->qk_l2norm), then G of the last row [K]
 // (written here), dt_bias [K] (filled by the caller, zeros without one) and the gate sum's segment totals
 // [BT / kGateSumSegment x 16] (PrepareInputsShared<BT, K>::kFloats in all).
-template <typename E, int BT, bool kFromInputs = false>
+template <typename E, int BT, bool kFromInputs = false, bool kDiagonalSlots = true>
 __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const detail::ChunkCoords& chunk, int h,
                                              unsigned char* smem, float* beta_s, bool invert,
                                              const PrepareInputsParams* in = nullptr, float* inputs_s = nullptr,
@@ -159,8 +173,6 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   constexpr int kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
-  constexpr int kPairs = 2 * kBlocks * kTrianglePairs;
-  constexpr int kPairsPerThread = (kPairs + kThreads - 1) / kThreads;
   // Off-diagonal products: (tile (a, b), b < a) x (Akk, Aqk), in runs of kSlots per warp.
   constexpr int kProducts = 2 * kTiles;
   constexpr int kSlots = kProducts > 0 ? (kProducts + kIntraMmaWarps - 1) / kIntraMmaWarps : 1;
@@ -201,16 +213,41 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
-  // Exact triangle pairs: thread slot x holds task tid + x * kThreads = (triangle, pair), pair = i (i + 1) / 2 + j,
-  // decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair).
-  int pair_rows[kPairsPerThread];
-  float diag_kk[kPairsPerThread] = {}, diag_qk[kPairsPerThread] = {};
+  // Exact triangle pairs, decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair). The first
+  // kGeneralSlots slots hold task tid + x * kThreads of the pairs exact_pair_sums16 forms: with kDiagonalSlots those
+  // below the diagonals (triangle task / 28, pair i (i - 1) / 2 + j, j < i), else all of them (triangle task / 36,
+  // pair i (i + 1) / 2 + j, j <= i). With kDiagonalSlots the rest hold the diagonals (task kThreads - 1 - tid +
+  // (x - kGeneralSlots) * kThreads: triangle task / 8, i = j), which need no exp2 (exact_diagonal_qk16): a slot's kind
+  // is known at compile time, and the diagonals go to the last warps first, which have the fewest pairs below (at
+  // BT = 64 with 128 threads: warps 0 and 1 two pairs below, warp 2 two and a diagonal, warp 3 one and a diagonal).
+  // Without kDiagonalSlots the decode keeps its earlier form word for word: in the fused prepare at 128 registers a
+  // rewrite computing the same values made ptxas spill in the slice loop (12 / 24 -> 64 / 76 bytes).
+  constexpr int kGeneralPairs = 2 * kBlocks * (kDiagonalSlots ? kTrianglePairs - 8 : kTrianglePairs);
+  constexpr int kDiagonalPairs = kDiagonalSlots ? 2 * kBlocks * 8 : 0;
+  constexpr int kGeneralSlots = (kGeneralPairs + kThreads - 1) / kThreads;
+  constexpr int kPairSlots = kGeneralSlots + (kDiagonalPairs + kThreads - 1) / kThreads;
+  int pair_rows[kPairSlots];
+  float diag_kk[kPairSlots] = {}, diag_qk[kPairSlots] = {};
+  if constexpr (kDiagonalSlots) {
 #pragma unroll
-  for (int x = 0; x < kPairsPerThread; ++x) {
-    const int task = threadIdx.x + x * kThreads, pair = task % kTrianglePairs;
-    const int i = triangular_count(pair);
-    const int base = 8 * (task / kTrianglePairs);
-    pair_rows[x] = task < kPairs ? (base + i) | ((base + pair - i * (i + 1) / 2) << 16) : -1;
+    for (int x = 0; x < kPairSlots; ++x) {
+      if (x < kGeneralSlots) {
+        const int task = threadIdx.x + x * kThreads, pair = task % (kTrianglePairs - 8);
+        const int i = triangular_count(pair) + 1, base = 8 * (task / (kTrianglePairs - 8));
+        pair_rows[x] = task < kGeneralPairs ? (base + i) | ((base + pair - i * (i - 1) / 2) << 16) : -1;
+      } else {
+        const int row = kThreads - 1 - threadIdx.x + (x - kGeneralSlots) * kThreads;  // diagonal task = its row
+        pair_rows[x] = row < kDiagonalPairs ? row | (row << 16) : -1;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int x = 0; x < kPairSlots; ++x) {
+      const int task = threadIdx.x + x * kThreads, pair = task % kTrianglePairs;
+      const int i = triangular_count(pair);
+      const int base = 8 * (task / kTrianglePairs);
+      pair_rows[x] = task < kGeneralPairs ? (base + i) | ((base + pair - i * (i + 1) / 2) << 16) : -1;
+    }
   }
 
   // Slice staging: 16 channels of a row are two 16-byte vectors of q and of k and four of G. The next slice's loads
@@ -448,10 +485,14 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     }
     // The 8-row triangles, exactly.
 #pragma unroll
-    for (int x = 0; x < kPairsPerThread; ++x) {
+    for (int x = 0; x < kPairSlots; ++x) {
       const int ri = pair_rows[x] & 0xffff, rj = pair_rows[x] >> 16;
       if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
       // The threads of a warp touch few distinct rows, so each 16-byte load is about one shared-memory wavefront.
+      if (x >= kGeneralSlots) {
+        diag_qk[x] += exact_diagonal_qk16(&q_s[ri * kLdS], &k_s[ri * kLdS]);
+        continue;
+      }
       const ExactPairSums sums =
           exact_pair_sums16(&q_s[ri * kLdS], &k_s[ri * kLdS], &g_s[ri * kLdS], &k_s[rj * kLdS], &g_s[rj * kLdS]);
       diag_kk[x] += sums.kk;
@@ -500,7 +541,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     }
   }
 #pragma unroll
-  for (int x = 0; x < kPairsPerThread; ++x) {
+  for (int x = 0; x < kPairSlots; ++x) {
     const int i = pair_rows[x] & 0xffff, j = pair_rows[x] >> 16;
     if (pair_rows[x] < 0 || i >= chunk.length) continue;
     if (j < i) akk_s[i * kLdO + j] = diag_kk[x];
