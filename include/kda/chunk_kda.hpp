@@ -347,7 +347,7 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   state.short_items_taken = status + 1;  // cleared above, for this call
   if (s.inputs_fused) {
     KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
-    KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream));
+    KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));
     return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
   }
   // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
@@ -356,7 +356,7 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   // Aqk, w, u and kg in one launch (Akk and Tinv on chip), or intra + w/u through Tinv where it cannot be fused
   // (the layout gives Akk and Tinv memory whenever that can happen; the fuzz target checks it for every shape).
   KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare(s.intra, s.wu, chunks, stream));
-  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream));
+  KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));
   return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
 }
 }  // namespace detail

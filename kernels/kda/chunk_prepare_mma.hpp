@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   __shared__ __align__(16) unsigned char smem[kBytes];
   __shared__ float beta_s[BT];
   __shared__ float glast_s[K];
+  detail::allow_dependent_launch();  // the state kernel may take the multiprocessors this grid's last blocks leave
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = blockIdx.y;
@@ -71,6 +72,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   static_assert(!kShortChunks || BT == 64, "the short path is built for chunks of 64");
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   using IntraL = IntraMmaLayout<BT>;
+  detail::allow_dependent_launch();  // the state kernel may take the multiprocessors this grid's last blocks leave
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = blockIdx.y;

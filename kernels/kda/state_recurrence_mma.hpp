@@ -448,6 +448,11 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
     }
   };
 
+  // Launched beside chunk_kda_fwd's prepare (launch_state_mma's beside_prepare), the block has come this far, its
+  // initial state loaded, while the prepare's last blocks ran; everything below reads what the prepare wrote. A no-op
+  // for a plain launch.
+  detail::wait_for_prior_grid();
+
   // Output warps: their own loop over the chunks, one step behind the chain. They copy qg and Aqk a chunk ahead
   // (buffer (c + 1) % 2 was last read for chunk c - 1, which every output warp is past after kStateOutputBarrier),
   // wait for the chain's ready on buffer c % 2, form o from it, and free it for chunk c + 2. They stop where the

@@ -196,13 +196,35 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   return Status();
 }
 
+// beside_prepare: the kernel before this one in the stream is chunk_kda_fwd's prepare, which lets its dependents
+// start early (detail::allow_dependent_launch). Then, on NVIDIA, this kernel is launched with programmatic stream
+// serialization: its blocks take the multiprocessors the prepare's last blocks leave, and load their initial state
+// while those finish; they wait for the whole prepare (detail::wait_for_prior_grid) before reading anything it wrote.
 template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0>
-inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, hipStream_t stream) {
+inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool beside_prepare,
+                               hipStream_t stream) {
   constexpr auto kKernel = kernels::state_recurrence_mma_kernel<E, BT, K, TileV, Warps, kFold, OutWarps>;
   constexpr size_t kShared = kernels::state_mma_shared_bytes<BT, K, TileV, kFold, OutWarps>();
   constexpr int kThreads = (Warps + OutWarps) * kWarpSize;
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
   const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
+#if defined(KDA_PLATFORM_CUDA)
+  if (beside_prepare) {
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kShared;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    KDA_RETURN_IF_RUNTIME_ERROR(cudaLaunchKernelEx(&config, kKernel, p));
+    return Status();
+  }
+#endif
+  (void)beside_prepare;
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
@@ -212,26 +234,27 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
 // output warps on 32 columns, NVIDIA only): validate_state_v_tile refuses the others.
 template <typename E, int BT, int K>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps, bool fold,
-                               int output_warps, int64_t sequences_heads, hipStream_t stream) {
+                               int output_warps, int64_t sequences_heads, bool beside_prepare, hipStream_t stream) {
   constexpr int kWide = kernels::kStateMmaWideWarps, kNarrow = kernels::kStateMmaWarps;
   const bool wide = warps == kWide;
   if (fold) {
-    if (v_tile == 64) return launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, stream);
+    if (v_tile == 64) return launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, beside_prepare, stream);
 #if defined(KDA_PLATFORM_CUDA)
     if (output_warps > 0) {
-      return launch_state_mma<E, BT, K, 32, kWide, true, kernels::kStateOutputWarps>(p, sequences_heads, stream);
+      return launch_state_mma<E, BT, K, 32, kWide, true, kernels::kStateOutputWarps>(p, sequences_heads, beside_prepare,
+                                                                                     stream);
     }
 #endif
-    return launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, stream);
+    return launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, beside_prepare, stream);
   }
   switch (v_tile) {
     case 64:
-      return wide ? launch_state_mma<E, BT, K, 64, kWide>(p, sequences_heads, stream)
-                  : launch_state_mma<E, BT, K, 64, kNarrow>(p, sequences_heads, stream);
+      return wide ? launch_state_mma<E, BT, K, 64, kWide>(p, sequences_heads, beside_prepare, stream)
+                  : launch_state_mma<E, BT, K, 64, kNarrow>(p, sequences_heads, beside_prepare, stream);
     case 32:
-      return wide ? launch_state_mma<E, BT, K, 32, kWide>(p, sequences_heads, stream)
-                  : launch_state_mma<E, BT, K, 32, kNarrow>(p, sequences_heads, stream);
-    default: return launch_state_mma<E, BT, K, 16, kNarrow>(p, sequences_heads, stream);
+      return wide ? launch_state_mma<E, BT, K, 32, kWide>(p, sequences_heads, beside_prepare, stream)
+                  : launch_state_mma<E, BT, K, 32, kNarrow>(p, sequences_heads, beside_prepare, stream);
+    default: return launch_state_mma<E, BT, K, 16, kNarrow>(p, sequences_heads, beside_prepare, stream);
   }
 }
 
@@ -288,7 +311,9 @@ inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_
 }
 
 // Enqueues the stage on already-resolved chunk tables; no validation (launch_state_recurrence and chunk_kda_fwd validate).
-inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const ResolvedChunks& chunks, hipStream_t stream) {
+// beside_prepare: chunk_kda_fwd's prepare kernel is the launch right before this one (see launch_state_mma).
+inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const ResolvedChunks& chunks, hipStream_t stream,
+                                       bool beside_prepare = false) {
   const StageGeometry& g = a.geometry;
   const int64_t sequences_heads = g.metadata.num_sequences * g.num_heads;
   if (sequences_heads == 0) return Status();
@@ -345,10 +370,12 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
       }
     }
     if (g.head_dim_k == 64) {
-      return launch_state_mma<E, BT, 64>(p, v_tile, warps, fold, output_warps, sequences_heads, stream);
+      return launch_state_mma<E, BT, 64>(p, v_tile, warps, fold, output_warps, sequences_heads, beside_prepare,
+                                        stream);
     }
     if (g.head_dim_k == 128) {
-      return launch_state_mma<E, BT, 128>(p, v_tile, warps, fold, output_warps, sequences_heads, stream);
+      return launch_state_mma<E, BT, 128>(p, v_tile, warps, fold, output_warps, sequences_heads, beside_prepare,
+                                         stream);
     }
     const int64_t blocks = sequences_heads * (g.head_dim_v / kernels::kStateTileV);
     kernels::state_recurrence_kernel<E, BT><<<static_cast<unsigned>(blocks), kernels::kStateThreads, 0, stream>>>(p);
