@@ -140,6 +140,28 @@ inline Status allow_dynamic_shared(size_t bytes) {
   return Status();
 }
 
+#if defined(KDA_PLATFORM_CUDA)
+// Launches kKernel(p) with programmatic stream serialization (NVIDIA): it may start once every block of the kernel
+// ahead of it in the stream has called detail::allow_dependent_launch or exited, before that kernel has finished, so
+// it must call detail::wait_for_prior_grid before it reads anything that kernel wrote.
+template <auto kKernel, typename Params>
+inline Status launch_programmatic(unsigned blocks, int threads, size_t shared_bytes, hipStream_t stream,
+                                  const Params& p) {
+  cudaLaunchAttribute overlap;
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  KDA_RETURN_IF_RUNTIME_ERROR(cudaLaunchKernelEx(&config, kKernel, p));
+  return Status();
+}
+#endif
+
 // Blocks of kKernel (`threads` threads, `bytes` of dynamic shared memory) that the current device runs at once, for
 // kernels whose blocks loop over their work (a grid-stride loop). Queried on the first launch on each device and
 // read from one atomic after that, like allow_dynamic_shared (whose opt-in must come first).

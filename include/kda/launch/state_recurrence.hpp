@@ -209,20 +209,7 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
   const int64_t blocks = sequences_heads * (p.head_dim_v / TileV);
 #if defined(KDA_PLATFORM_CUDA)
-  if (beside_prepare) {
-    cudaLaunchAttribute overlap;
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kShared;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    KDA_RETURN_IF_RUNTIME_ERROR(cudaLaunchKernelEx(&config, kKernel, p));
-    return Status();
-  }
+  if (beside_prepare) return launch_programmatic<kKernel>(static_cast<unsigned>(blocks), kThreads, kShared, stream, p);
 #endif
   (void)beside_prepare;
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
@@ -290,20 +277,8 @@ inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_
   KDA_RETURN_IF_ERROR(resident_blocks<kShort>(kThreads, kShared, &resident));
   const unsigned blocks = static_cast<unsigned>(std::min(items, resident));
 #if defined(KDA_PLATFORM_CUDA)
-  if (kTickets && !all_short) {  // beside the long items (without tickets, late blocks would hold their share back)
-    cudaLaunchAttribute overlap;
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kShared;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    KDA_RETURN_IF_RUNTIME_ERROR(cudaLaunchKernelEx(&config, kShort, p));
-    return Status();
-  }
+  // Beside the long items (without tickets, late blocks would hold their share back).
+  if (kTickets && !all_short) return launch_programmatic<kShort>(blocks, kThreads, kShared, stream, p);
 #endif
   kShort<<<blocks, kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
