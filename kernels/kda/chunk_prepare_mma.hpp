@@ -85,7 +85,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
   // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
   // The exact diagonal pairs in slots of their own where that costs no spills: at this kernel's 128 registers without
-  // the short path (kShortChunks false) ptxas then spills in the slice loop and the kernel measured 3 % slower
+  // the short path (kShortChunks false) ptxas then spills in the slice loop and the kernel measured 4 % slower
   // (docs/performance.md, v53), so there they stay in the general slots.
   intra_chunk_mma_block<E, BT, /*kFromInputs=*/true, /*kDiagonalSlots=*/kShortChunks>(
       ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s, wp.w, wp.kg);
