@@ -47,7 +47,10 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   auto tinv_row4 = [&](int i, int j) {
     return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
   };
-  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2>(
+  // One row tile of w / u per warp here, not recompute_w_u_mma_block's paired row tiles: with those, ptxas spilled
+  // in this kernel's slice loop and the staged prepare ran 6 % slower (H200, call DS; docs/performance.md v55).
+  recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/false,
+                          /*kPairRowTiles=*/false>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
 

@@ -2,10 +2,12 @@
 //
 // One block of kWuMmaWarps warps per (chunk, head). Tinv (fp32) enters the product as a hi + lo pair of 16-bit
 // matrices (hi = round(Tinv), lo = round(Tinv - hi)), which keeps ~16 significant bits; the right-hand sides
-// round(beta k exp2 G) and round(beta v) are 16-bit by contract. Warp w computes row tile w of w and of u; the tiles
-// go through shared memory so that every global store is a 16-byte row segment. kg = round(k exp2(G_last - G)) is
-// produced while the keys are staged for pass 0, from the same loads. The chunk's v rows are copied to shared memory
-// asynchronously (copy16_async) when the block starts, so pass 1 finds them there instead of waiting on its loads.
+// round(beta k exp2 G) and round(beta v) are 16-bit by contract. At BT = 64 each warp computes two row tiles of w and
+// of u over half the columns, paired so that every warp has the same share of Tinv's triangle (at BT = 32, one row
+// tile over all columns); the tiles go through shared memory so that every global store is a 16-byte row segment.
+// kg = round(k exp2(G_last - G)) is produced while the keys are staged for pass 0, from the same loads. The chunk's
+// v rows are copied to shared memory asynchronously (copy16_async) when the block starts, so pass 1 finds them there
+// instead of waiting on its loads.
 // k, v, w, u and kg are moved 16 bytes at a time, so they must be vector_aligned (the launcher checks; otherwise it
 // runs the scalar recompute_w_u_kernel). The block's work is recompute_w_u_mma_block, which the fused
 // chunk_prepare_mma_kernel runs too, with Tinv from its own shared memory.
@@ -46,8 +48,10 @@ constexpr size_t recompute_w_u_mma_shared_bytes() {
 // the activated betas of the chunk's rows (zeros past it). kRhsInW (the fused prepare from raw inputs): p.w already
 // holds w's right-hand side round(beta k exp2 G) for the chunk's rows and kg is already written, so pass 0 reads
 // p.w instead of k and G (then overwrites it with w), and neither p.G nor glast_s is used.
+// kPairRowTiles (BT = 64): each warp takes two row tiles over half the columns (see the products below); false: one
+// row tile over all columns, for a caller whose register allocation the paired form upsets. The bits are the same.
 template <typename E, int BT, int K, int V, bool kStageV, bool kTinvShared, int kGroupMax, bool kRhsInW = false,
-          typename TinvRow4>
+          bool kPairRowTiles = true, typename TinvRow4>
 __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const detail::ChunkCoords& chunk, int h,
                                                uint16_t* smem, float* beta_s, bool beta_ready, float* glast_s,
                                                TinvRow4 tinv_row4, bool v_vector) {
@@ -176,31 +180,50 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
       }
     }
     __syncthreads();
-    const int rt = warp;  // BT / 16 <= kWuMmaWarps: one row tile per warp
-    m::Acc acc[kMaxTiles];
+    // Tinv is lower triangular, so row tile r has r + 1 column tiles of products. At BT = 64 warp w takes the row
+    // tiles {w / 2, 3 - w / 2} (five steps together) over column half w % 2: 40 products per warp instead of 16 for
+    // warp 0 and 64 for warp 3, which the barrier below waited for. Otherwise warp w takes row tile w, all columns.
+    // Either way each accumulator sums the same products in the same order (kt ascending, hi before lo): same bits.
+    constexpr bool kPaired = kPairRowTiles && BT == 64 && kWuMmaWarps == 4;
+    constexpr int kRowTiles = kPaired ? 2 : 1;
+    constexpr int kColTiles = kPaired ? kMaxTiles / 2 : kMaxTiles;
+    static_assert(kPaired || BT / 16 <= kWuMmaWarps, "one row tile per warp");
+    const int col_tiles = kPaired ? dim / 32 : dim / 16;  // this warp's column tiles in this pass
+    const int ct0 = kPaired ? (warp % 2) * col_tiles : 0;
+    auto row_tile = [&](int r) { return kPaired ? (r == 0 ? warp / 2 : 3 - warp / 2) : warp; };
+    m::Acc acc[kRowTiles][kColTiles];
 #pragma unroll
-    for (int ct = 0; ct < kMaxTiles; ++ct) m::zero(acc[ct]);
-    if (rt < BT / 16 && rt * 16 < chunk.length) {  // row tiles past the chunk stay zero and are never stored
-      // Tinv is lower triangular: column tiles past the row tile are zero.
+    for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c) m::zero(acc[r][c]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+      const int rt = row_tile(r);
+      if (rt >= BT / 16 || rt * 16 >= chunk.length) continue;  // row tiles past the chunk stay zero
+      // Column tiles of Tinv past the row tile are zero.
       for (int kt = 0; kt <= rt; ++kt) {
         const m::FragA hi = m::load_a(&t_hi[rt * 16 * kLdT + kt * 16], kLdT, lane);
         const m::FragA lo = m::load_a(&t_lo[rt * 16 * kLdT + kt * 16], kLdT, lane);
 #pragma unroll
-        for (int ct = 0; ct < kMaxTiles; ++ct) {
-          if (ct * 16 >= dim) continue;
-          const m::FragB b = m::load_b(&rhs_s[kt * 16 * kLdR + ct * 16], kLdR, lane);
-          m::mma<E>(acc[ct], hi, b);
-          m::mma<E>(acc[ct], lo, b);
+        for (int c = 0; c < kColTiles; ++c) {
+          if (c >= col_tiles) continue;
+          const m::FragB b = m::load_b(&rhs_s[kt * 16 * kLdR + (ct0 + c) * 16], kLdR, lane);
+          m::mma<E>(acc[r][c], hi, b);
+          m::mma<E>(acc[r][c], lo, b);
         }
       }
     }
     // The rounded tiles replace the right-hand side in shared memory, then leave as 16-byte row segments.
     __syncthreads();
-    if (rt < BT / 16) {
 #pragma unroll
-      for (int ct = 0; ct < kMaxTiles; ++ct) {
-        if (ct * 16 >= dim) continue;
-        m::store_rounded<E>(&rhs_s[rt * 16 * kLdR + ct * 16], kLdR, acc[ct], lane);
+    for (int r = 0; r < kRowTiles; ++r) {
+      const int rt = row_tile(r);
+      if (rt >= BT / 16) continue;
+#pragma unroll
+      for (int c = 0; c < kColTiles; ++c) {
+        if (c >= col_tiles) continue;
+        m::store_rounded<E>(&rhs_s[rt * 16 * kLdR + (ct0 + c) * 16], kLdR, acc[r][c], lane);
       }
     }
     __syncthreads();
