@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
   detail::allow_dependent_launch();  // the state kernel may take the multiprocessors this grid's last blocks leave
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
-  const int h = blockIdx.y;
+  const int h = detail::block_head();
   if (kShortPath && chunk.length <= kShortChunkRows) {  // uniform over the block
     chunk_prepare_short_block<E, BT, K, V>(ip, wp, chunk, h, smem, beta_s, v_vector);
     return;
@@ -78,7 +78,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   detail::allow_dependent_launch();  // the state kernel may take the multiprocessors this grid's last blocks leave
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
-  const int h = blockIdx.y;
+  const int h = detail::block_head();
   if (kShortChunks && chunk.length <= kShortChunkRows) {  // uniform over the block
     chunk_prepare_inputs_short_block<E, BT, K, V>(ip, wp, in, chunk, h, smem, beta_s, v_vector);
     return;
@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kShortOnlyPrepareM
     if (threadIdx.x == 0) ip.chunks.report(detail::kDeviceStatusSequenceOverBound);
     return;
   }
-  chunk_prepare_inputs_short_block<E, BT, K, V, kShortOnlyPrepareMinBlocks>(ip, wp, in, chunk, int(blockIdx.y), smem,
-                                                                           beta_s, v_vector);
+  chunk_prepare_inputs_short_block<E, BT, K, V, kShortOnlyPrepareMinBlocks>(ip, wp, in, chunk, detail::block_head(),
+                                                                           smem, beta_s, v_vector);
 }
 
 }  // namespace kda::kernels

@@ -1,12 +1,15 @@
 // Chunk tables on the device: the device derivation equals the host builder on every batch kind (zero-length
 // sequences anywhere, decodes, spec batches, random batches), rows past NT are marked empty, and the upload helper
-// delivers the builder's tables with one async copy.
+// delivers the builder's tables with one async copy; the prepare kernels' grid visits every (chunk, head) once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "gpu_test_utils.hpp"
+#include "kda/detail/chunk_table.hpp"
 #include "kda/launch/chunk_metadata_args.hpp"
+#include "kda/launch/stage_common.hpp"
 #include "kda/metadata_upload.hpp"
 
 namespace kda::test {
@@ -115,6 +118,51 @@ TEST(DeviceMetadata, StatusWordIsClearedOnlyWhenAsked) {
         EXPECT_EQ(bits, (clear ? 0u : stale) | found)
             << (with_tables ? "tables" : "derived") << (clear ? " clear" : " keep") << (cu == &bad ? " bad" : " good");
       }
+    }
+  }
+}
+
+// Counts the (chunk, head) a block of the prepare grid takes; chunk ids past grid_chunks (the grid's rounding when
+// the chunks span y and z) go to past[0].
+__global__ void count_prepare_blocks_kernel(int64_t grid_chunks, int num_heads, unsigned* visits, unsigned* past) {
+  if (threadIdx.x != 0) return;  // one count per block
+  const int64_t g = detail::block_chunk_id();
+  const int h = detail::block_head();
+  if (g < 0 || h < 0 || h >= num_heads) {
+    atomicAdd(&past[1], 1u);  // never: an id outside the grid
+  } else if (g >= grid_chunks) {
+    atomicAdd(&past[0], 1u);
+  } else {
+    atomicAdd(&visits[g * num_heads + h], 1u);
+  }
+}
+
+// detail::prepare_grid with block_chunk_id / block_head: every (chunk, head) exactly once, also past y's limit of
+// 65535 (the chunk ids then span z), and only a rounding's worth of blocks past the chunks.
+TEST(DeviceMetadata, PrepareGridTakesEveryChunkAndHeadOnce) {
+  ASSERT_TRUE(have_gpu());
+  for (const int64_t chunks : {int64_t(1), int64_t(7), int64_t(65535), int64_t(65536), int64_t(131071),
+                               int64_t(200003)}) {
+    for (const int heads : {1, 3}) {
+      const dim3 grid = detail::prepare_grid(chunks, heads);
+      ASSERT_EQ(grid.x, unsigned(heads));
+      ASSERT_LE(grid.y, 65535u) << chunks;
+      ASSERT_GE(int64_t(grid.y) * grid.z, chunks);
+      const int64_t n = chunks * heads;
+      DeviceBuffer visits(size_t(n) * sizeof(unsigned)), past(2 * sizeof(unsigned));
+      KDA_ASSERT_RT(hipMemsetAsync(visits.get(), 0, visits.bytes(), nullptr));
+      KDA_ASSERT_RT(hipMemsetAsync(past.get(), 0, past.bytes(), nullptr));
+      count_prepare_blocks_kernel<<<grid, 32>>>(chunks, heads, visits.as<unsigned>(), past.as<unsigned>());
+      KDA_ASSERT_RT(hipGetLastError());
+      KDA_ASSERT_RT(hipDeviceSynchronize());
+      std::vector<unsigned> got(static_cast<size_t>(n)), extra(2);
+      KDA_ASSERT_RT(hipMemcpy(got.data(), visits.get(), visits.bytes(), hipMemcpyDeviceToHost));
+      KDA_ASSERT_RT(hipMemcpy(extra.data(), past.get(), past.bytes(), hipMemcpyDeviceToHost));
+      const int64_t wrong = std::count_if(got.begin(), got.end(), [](unsigned c) { return c != 1u; });
+      EXPECT_EQ(wrong, 0) << chunks << " chunks x " << heads << " heads: (chunk, head) not visited exactly once";
+      EXPECT_EQ(extra[1], 0u);
+      EXPECT_EQ(int64_t(extra[0]), (int64_t(grid.y) * grid.z - chunks) * heads);
+      EXPECT_LT(int64_t(grid.y) * grid.z - chunks, int64_t(grid.z));  // fewer than one id per z-slice past the end
     }
   }
 }

@@ -25,7 +25,7 @@ namespace detail {
 template <typename Launch>
 inline Status dispatch_prepare_kernel(const StageGeometry& g, const ResolvedChunks& chunks, Launch&& launch) {
   return dispatch_dtype_chunk(g.dtype, g.chunk_size, [&](auto e, auto bt) -> Status {
-    const dim3 grid = chunk_grid(chunks.grid_chunks, g.num_heads);
+    const dim3 grid = prepare_grid(chunks.grid_chunks, g.num_heads);
     dispatch_mma_head_dims(g.head_dim_k, g.head_dim_v, [&](auto k, auto v) { launch(e, bt, k, v, grid); });
     KDA_RETURN_IF_LAUNCH_ERROR();
     return Status();

@@ -60,11 +60,16 @@ struct ChunkCoords {
   int length;       // valid rows, 1..BT
 };
 
-// The global chunk a block of a chunk-parallel prepare kernel (grid x over chunk ids) takes: from the last back.
-// Blocks start in index order, and engines lay a batch out decodes first, then prefills (KDA_SPEC §5), so the
-// prefills' full chunks, the longest blocks, start first and the short ones fill the multiprocessors at the end
-// (docs/performance.md v43). Chunk ids past the device's NT (derived tables) exit at once, as before.
-__device__ inline int64_t block_chunk_id() { return int64_t(gridDim.x) - 1 - blockIdx.x; }
+// The (chunk, head) a block of a prepare kernel takes, on the grid detail::prepare_grid launches: the head is
+// blockIdx.x, the chunk id spans y and z (y fastest), taken from the last back. Blocks start in index order, x
+// fastest, so every head of a chunk starts together, and engines lay a batch out decodes first, then prefills
+// (KDA_SPEC §5), so the prefills' full chunks, the longest blocks, start first for all heads and the short ones fill
+// the multiprocessors at the end (docs/performance.md v43, v56). Chunk ids past the device's NT (derived tables, or
+// the grid's rounding) exit at once.
+__device__ inline int64_t block_chunk_id() {
+  return int64_t(gridDim.y) * gridDim.z - 1 - (int64_t(blockIdx.z) * gridDim.y + blockIdx.y);
+}
+__device__ inline int block_head() { return int(blockIdx.x); }
 
 // Looks up global chunk `g`; returns false when g is past NT (the block has nothing to do). Rows are clamped to
 // the sequence and the sequence to [0, T], so a table that disagrees with cu_seqlens, or a malformed cu_seqlens,
