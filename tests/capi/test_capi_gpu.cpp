@@ -352,9 +352,10 @@ TEST(CapiGpu, SequenceBoundGivesTheSameBitsAndReportsASequenceOverIt) {
           EXPECT_TRUE(std::all_of(got.o.begin() + o_begin, got.o.begin() + o_end, [](uint8_t x) { return x == 0xff; }));
           EXPECT_TRUE(std::all_of(got.state.begin() + st_begin, got.state.begin() + st_end, [](uint8_t x) { return x == 0; }));
         } else {
-          EXPECT_TRUE(std::equal(got.o.begin() + o_begin, got.o.begin() + o_end, want.o.begin() + o_begin)) << "o, sequence " << s;
-          EXPECT_TRUE(std::equal(got.state.begin() + st_begin, got.state.begin() + st_end, want.state.begin() + st_begin))
-              << "final state, sequence " << s;
+          const SequenceBytesEqual eq =
+              sequence_bytes_equal(cu, size_t(s), got.o, want.o, row_bytes, got.state, want.state, slot_bytes);
+          EXPECT_TRUE(eq.o) << "o, sequence " << s;
+          EXPECT_TRUE(eq.state) << "final state, sequence " << s;
         }
       }
     }

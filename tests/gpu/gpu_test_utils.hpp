@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -105,6 +106,24 @@ inline std::vector<uint8_t> download_raw(const void* dev, size_t bytes) {
   std::vector<uint8_t> out(bytes);
   if (bytes > 0) (void)hipMemcpy(out.data(), dev, bytes, hipMemcpyDeviceToHost);
   return out;
+}
+
+// Whether sequence n's bytes agree between two runs: its o rows (tokens cu[n] .. cu[n + 1], row_bytes each) and its
+// final-state slot n (slot_bytes), for tests that compare outputs sequence by sequence.
+struct SequenceBytesEqual {
+  bool o, state;
+};
+inline SequenceBytesEqual sequence_bytes_equal(const std::vector<int64_t>& cu, size_t n,
+                                               const std::vector<uint8_t>& o_a, const std::vector<uint8_t>& o_b,
+                                               size_t row_bytes, const std::vector<uint8_t>& state_a,
+                                               const std::vector<uint8_t>& state_b, size_t slot_bytes) {
+  const size_t o_begin = size_t(cu[n]) * row_bytes, o_end = size_t(cu[n + 1]) * row_bytes;
+  const size_t st_begin = n * slot_bytes, st_end = st_begin + slot_bytes;
+  if (o_end > o_a.size() || o_end > o_b.size() || st_end > state_a.size() || st_end > state_b.size()) {
+    return {false, false};  // a sequence outside the buffers never compares equal
+  }
+  return {std::equal(o_a.begin() + o_begin, o_a.begin() + o_end, o_b.begin() + o_begin),
+          std::equal(state_a.begin() + st_begin, state_a.begin() + st_end, state_b.begin() + st_begin)};
 }
 
 // Whether a GPU is present; GPU tests fail (not skip) without one: they carry the `gpu` label and run only on GPU

@@ -677,10 +677,10 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
     size_t rows_differing = 0, states_differing = 0;
     for (size_t n = 0; n + 1 < cu.size(); ++n) {
       if (cu[n + 1] - cu[n] > 16) continue;
-      rows_differing += std::memcmp(rp.o_bytes.data() + cu[n] * row_bytes, rb.o_bytes.data() + cu[n] * row_bytes,
-                                    (cu[n + 1] - cu[n]) * row_bytes) != 0;
-      states_differing += std::memcmp(rp.state_bytes.data() + n * state_bytes, rb.state_bytes.data() + n * state_bytes,
-                                      state_bytes) != 0;
+      const SequenceBytesEqual eq =
+          sequence_bytes_equal(cu, n, rp.o_bytes, rb.o_bytes, row_bytes, rp.state_bytes, rb.state_bytes, state_bytes);
+      rows_differing += !eq.o;
+      states_differing += !eq.state;
     }
     EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
     EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
