@@ -117,10 +117,11 @@ inline dim3 chunk_grid(int64_t grid_chunks, int num_heads, int z = 1) {
   return dim3(static_cast<unsigned>(grid_chunks), static_cast<unsigned>(num_heads), static_cast<unsigned>(z));
 }
 
-// The prepare kernels' grid (kernels::detail::block_chunk_id, block_head): the heads in x, so that all heads of a
-// chunk start together, and the chunk ids over y, and z where there are more than y's limit allows. Ordered by
-// chunk first, the long chunks of a batch's prefills start first on every head, and the tail is short chunks:
-// chunked2k's prepare ran 21 % faster than with the heads in y (H200, call DT; docs/performance.md v56).
+// The prepare kernels' grid (read back by detail::block_chunk_id and block_head, kernels/kda/detail/chunk_table.hpp):
+// the heads in x, so that all heads of a chunk start together, and the chunk ids over y, and z where there are more
+// than y's limit allows. Ordered by chunk first, the long chunks of a batch's prefills start first on every head, and
+// the tail is short chunks: chunked2k's prepare ran 21 % faster than with the heads in y (H200, call DT;
+// docs/performance.md v56).
 inline dim3 prepare_grid(int64_t grid_chunks, int num_heads) {
   constexpr int64_t kMaxY = 65535;
   const int64_t z = grid_chunks > kMaxY ? (grid_chunks + kMaxY - 1) / kMaxY : 1;
