@@ -42,6 +42,24 @@ constexpr int kIntraMmaWarps = 4;
 // docs/performance.md).
 constexpr int kIntraMmaMinBlocks = 5;
 
+// The fp32 staging rows of q, k and G during the slice loop (kSlice = 16 channels), in one of two forms with the same
+// values: element (row, col) at at(row, col).
+//  - padded (kSwizzled false): rows of kSlice + 4 floats. Eight consecutive rows reading one 16-byte quarter (the
+//    exact pairs) fall in disjoint banks; two consecutive rows read whole as 8-byte pairs (a half-warp of the factor
+//    loop) share 4 banks, and so do some of the 4 rows x 2 quarters that a quarter-warp of the staging stores and
+//    slice outputs touches: those accesses take two passes.
+//  - swizzled (true): rows of kSlice floats whose four quarters are permuted per row, quarter c of row i at quarter
+//    c ^ (i / 2 % 4). Both patterns above fall in disjoint banks; the price is an XOR per quarter where a thread walks
+//    a whole row (the exact pairs). The fused prepare measured 2.8 % faster with it; the staged prepare, at 96
+//    registers, 4 % slower (H200, call DX; docs/performance.md v57), so it keeps the padded rows.
+template <int kSlice, bool kSwizzled>
+struct StageRows {
+  static_assert(kSlice == 16, "four 16-byte quarters per row");
+  static constexpr int kLd = kSwizzled ? kSlice : kSlice + 4;
+  static KDA_HOST_DEVICE constexpr int swizzle(int row) { return kSwizzled ? (row & 6) << 1 : 0; }
+  static KDA_HOST_DEVICE constexpr int at(int row, int col) { return row * kLd + (col ^ swizzle(row)); }
+};
+
 // Shared memory of one block: during the K loop the fp32 q/k/G slice and the factor tiles, afterwards Akk and Aqk
 // (then Tinv) in fp32 rows of kLdO floats and tril_inverse's scratch. Kernels that run this stage declare
 // kWorkBytes and pass it in.
@@ -49,8 +67,7 @@ template <int BT>
 struct IntraMmaLayout {
   static constexpr int kBlocks = BT / 16;             // 16-row blocks
   static constexpr int kSlice = 16;                   // channels per step
-  static constexpr int kLdS = kSlice + 4;             // fp32 staging row: 16-byte aligned, and 8 consecutive rows
-                                                      // read as float4 hit disjoint banks
+  static constexpr int kLdS = StageRows<kSlice, false>::kLd;  // room for either form of the staging rows
   static constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;  // off-diagonal 16x16 tiles
   // Factor memory, in rows of 16 fp16 values. Per 16-row block b: L (q, k; 16 rows each), the quarter's R' (8 rows)
   // and L' (16 rows: k rows over q rows). Then R of every block (16 b rows for block b). R' comes before L' so that
@@ -99,16 +116,18 @@ __device__ inline void store_factor_pair(float x0, float x1, uint16_t* tile, int
 struct ExactPairSums {
   float kk, qk;
 };
+// swz_i, swz_j: the rows' quarter permutations (StageRows::swizzle; 0 for plain rows). The channels are summed in the
+// same order whatever the permutation.
 __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float* k_i, const float* g_i,
-                                                  const float* k_j, const float* g_j) {
+                                                  const float* k_j, const float* g_j, int swz_i = 0, int swz_j = 0) {
   float kk = 0.0f, qk = 0.0f;
 #pragma unroll
   for (int d = 0; d < 16; d += 4) {
-    const float4 kj4 = *reinterpret_cast<const float4*>(&k_j[d]);
-    const float4 gj4 = *reinterpret_cast<const float4*>(&g_j[d]);
-    const float4 gi4 = *reinterpret_cast<const float4*>(&g_i[d]);
-    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d]);
-    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d]);
+    const float4 kj4 = *reinterpret_cast<const float4*>(&k_j[d ^ swz_j]);
+    const float4 gj4 = *reinterpret_cast<const float4*>(&g_j[d ^ swz_j]);
+    const float4 gi4 = *reinterpret_cast<const float4*>(&g_i[d ^ swz_i]);
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d ^ swz_i]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d ^ swz_i]);
     const float kj[4] = {kj4.x * detail::decay_exp2(gi4.x - gj4.x), kj4.y * detail::decay_exp2(gi4.y - gj4.y),
                          kj4.z * detail::decay_exp2(gi4.z - gj4.z), kj4.w * detail::decay_exp2(gi4.w - gj4.w)};
     kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
@@ -120,12 +139,12 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
 // same order without the exp2 and the products by 1, so the bits are those of exact_pair_sums16(q_i, k_i, g_i, k_i,
 // g_i).qk (FusedPrepareShortPathMatchesLongPath compares them with the short path, which still takes the general
 // form). Its kk would be Akk's diagonal, which is not stored.
-__device__ inline float exact_diagonal_qk16(const float* q_i, const float* k_i) {
+__device__ inline float exact_diagonal_qk16(const float* q_i, const float* k_i, int swz_i = 0) {
   float qk = 0.0f;
 #pragma unroll
   for (int d = 0; d < 16; d += 4) {
-    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d]);
-    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d]);
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d ^ swz_i]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d ^ swz_i]);
     qk += qi4.x * ki4.x + qi4.y * ki4.y + qi4.z * ki4.z + qi4.w * ki4.w;
   }
   return qk;
@@ -170,6 +189,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   using L = IntraMmaLayout<BT>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   constexpr int kBlocks = L::kBlocks, kSlice = L::kSlice, kLdS = L::kLdS, kRowsPerBlock = L::kRowsPerBlock;
+  using S = StageRows<kSlice, /*kSwizzled=*/kFromInputs>;  // the staging rows' form (see StageRows)
   constexpr int kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
@@ -322,8 +342,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       }
 #pragma unroll
       for (int c = 0; c < 8; c += 4) {
-        *reinterpret_cast<float4*>(&q_s[i * kLdS + d + c]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
-        *reinterpret_cast<float4*>(&k_s[i * kLdS + d + c]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
+        *reinterpret_cast<float4*>(&q_s[S::at(i, d + c)]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
+        *reinterpret_cast<float4*>(&k_s[S::at(i, d + c)]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
       }
       if constexpr (kFromInputs) {
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here. Formed four
@@ -341,7 +361,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
             gv.z = detail::gate_value(graw.z + bias[2], in->gate, a_log_exp, in->lower_bound);
             gv.w = detail::gate_value(graw.w + bias[3], in->gate, a_log_exp, in->lower_bound);
           }
-          *reinterpret_cast<float4*>(&g_s[i * kLdS + d + 4 * half]) = gv;
+          *reinterpret_cast<float4*>(&g_s[S::at(i, d + 4 * half)]) = gv;
         }
       }
     }
@@ -349,7 +369,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 #pragma unroll
       for (int x = 0; x < kGPerThread; ++x) {
         const int u = threadIdx.x + x * kThreads, i = u / 4, d = (u % 4) * 4;
-        if (u < kGUnits && !warp_past_chunk(d0, x, 4)) *reinterpret_cast<float4*>(&g_s[i * kLdS + d]) = r.g[x];
+        if (u < kGUnits && !warp_past_chunk(d0, x, 4)) *reinterpret_cast<float4*>(&g_s[S::at(i, d)]) = r.g[x];
       }
     }
   };
@@ -368,7 +388,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     if (active) {
       float total = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kSeg; ++r) total = detail::gate_cumsum_add(total, g_s[(row0 + r) * kLdS + c]);
+      for (int r = 0; r < kSeg; ++r) total = detail::gate_cumsum_add(total, g_s[S::at(row0 + r, c)]);
       seg_s[seg * kSlice + c] = total;
     }
     __syncthreads();
@@ -380,9 +400,9 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) {
         const int i = row0 + r;  // rows past the chunk (zeros) are summed but not stored
-        local = detail::gate_cumsum_add(local, g_s[i * kLdS + c]);
+        local = detail::gate_cumsum_add(local, g_s[S::at(i, c)]);
         const float g = detail::gate_cumsum_add(base, local) * kRcpLn2;
-        if (i < chunk.length) g_s[i * kLdS + c] = g;
+        if (i < chunk.length) g_s[S::at(i, c)] = g;
         if (i == chunk.length - 1) {
           glast_s[d0 + c] = g;
           in->G_last[(detail::block_chunk_id() * p.num_heads + h) * p.head_dim + d0 + c] = g;
@@ -390,15 +410,24 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       }
     }
   };
+  // Channels d .. d + 7 (d a multiple of 8) of staged row i: two whole quarters, one 16-byte load each.
+  auto load_staged8 = [&](const float* base, int i, int d, float (&out)[8]) {
+    const float4 lo = *reinterpret_cast<const float4*>(&base[S::at(i, d)]);
+    const float4 hi = *reinterpret_cast<const float4*>(&base[S::at(i, d + 4)]);
+    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w, out[4] = hi.x, out[5] = hi.y, out[6] = hi.z, out[7] = hi.w;
+  };
   auto write_slice_outputs = [&](int d0) {
     for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {
       const int i = u / 2, d = (u % 2) * 8;
       if (i >= chunk.length) continue;
-      float qg[8], rhs[8], kg[8];
+      float qs[8], ks[8], gs[8], qg[8], rhs[8], kg[8];
+      load_staged8(q_s, i, d, qs);
+      load_staged8(k_s, i, d, ks);
+      load_staged8(g_s, i, d, gs);
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        const float g = g_s[i * kLdS + d + c], k = k_s[i * kLdS + d + c], decay = detail::decay_exp2(g);
-        qg[c] = q_s[i * kLdS + d + c] * decay;            // the output stage's qg
+        const float g = gs[c], k = ks[c], decay = detail::decay_exp2(g);
+        qg[c] = qs[c] * decay;                            // the output stage's qg
         rhs[c] = beta_s[i] * k * decay;                   // the w/u stage's right-hand side of w
         kg[c] = k * detail::decay_exp2(glast_s[d0 + d + c] - g);  // the w/u stage's kg
       }
@@ -414,16 +443,21 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {
       const int i = u / 2, d = (u % 2) * 8;
       if (i >= chunk.length) continue;
-      float qg[8];
+      float qs[8], gs[8], qg[8];
+      load_staged8(q_s, i, d, qs);
+      load_staged8(g_s, i, d, gs);
 #pragma unroll
-      for (int c = 0; c < 8; ++c) qg[c] = q_s[i * kLdS + d + c] * detail::decay_exp2(g_s[i * kLdS + d + c]);
+      for (int c = 0; c < 8; ++c) qg[c] = qs[c] * detail::decay_exp2(gs[c]);
       detail::store16(p.qg, chunk.start + i, h, d0 + d, detail::pack8<E>(qg));
     }
   };
   SliceRegs next;
   load_slice(0, next);
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
-    __syncthreads();  // the previous slice is consumed
+    // The previous slice's readers of the staged rows (outputs, factors, exact pairs) all ran before its "factors are
+    // written" barrier, and its products read only the factor tiles, which this slice writes after the barrier below.
+    // So only the first slice waits here: for the row norms, biases and betas written before the loop.
+    if (d0 == 0) __syncthreads();
     store_slice(next, d0);
     if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
     __syncthreads();
@@ -446,7 +480,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       // This group's row of the quarter: R' rows 0-7, then L' rows 8-15 (warp 0, which also holds the exact pairs'
       // odd third slot, gets the one-factor R' rows); negative: none.
       const int quarter_row = grp - (kRowGroups - 16);
-      auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[row * kLdS + d]); };
+      auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[S::at(row, d)]); };
 #pragma unroll 1  // unrolled, the kernel grew 5 % and measured slower (performance.md, v33)
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;
@@ -490,11 +524,12 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
       // The threads of a warp touch few distinct rows, so each 16-byte load is about one shared-memory wavefront.
       if (x >= kGeneralSlots) {
-        diag_qk[x] += exact_diagonal_qk16(&q_s[ri * kLdS], &k_s[ri * kLdS]);
+        diag_qk[x] += exact_diagonal_qk16(&q_s[ri * S::kLd], &k_s[ri * S::kLd], S::swizzle(ri));
         continue;
       }
       const ExactPairSums sums =
-          exact_pair_sums16(&q_s[ri * kLdS], &k_s[ri * kLdS], &g_s[ri * kLdS], &k_s[rj * kLdS], &g_s[rj * kLdS]);
+          exact_pair_sums16(&q_s[ri * S::kLd], &k_s[ri * S::kLd], &g_s[ri * S::kLd], &k_s[rj * S::kLd],
+                            &g_s[rj * S::kLd], S::swizzle(ri), S::swizzle(rj));
       diag_kk[x] += sums.kk;
       diag_qk[x] += sums.qk;
     }

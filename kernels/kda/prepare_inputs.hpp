@@ -48,7 +48,10 @@ __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector,
   static_assert(kThreads % kLanes == 0 && (2 * BT) % kRowsPerPass == 0 && kWarpSize % kLanes == 0,
                 "whole rows per pass, each inside one warp");
   static_assert(kPasses <= kLanes, "a lane of the row's group per pass");
-  constexpr int kGroup = kPasses < 4 ? kPasses : 4;  // loads issued together
+  // Loads issued together: all of them (16 x 16 bytes at K = 128, BT = 64). Nothing else is live this early, and the
+  // block's first global loads then wait once instead of four times (four at a time: the fused prepare 1.3 % slower,
+  // H200, call DX).
+  constexpr int kGroup = kPasses;
   const int part = threadIdx.x % kLanes;
   auto pass_used = [&](int pass) { return (pass * kRowsPerPass) % BT < chunk.length; };  // uniform per pass
   float own_sum_sq = 0.0f;  // the sum of squares of pass `part`'s row in this group
