@@ -29,6 +29,7 @@
 #pragma once
 
 #include "kda/detail/mma.hpp"
+#include "kda/detail/stage_rows.hpp"
 #include "kda/detail/tril_inverse.hpp"
 #include "kda/intra_chunk.hpp"
 #include "kda/prepare_inputs.hpp"
@@ -42,24 +43,6 @@ constexpr int kIntraMmaWarps = 4;
 // docs/performance.md).
 constexpr int kIntraMmaMinBlocks = 5;
 
-// The fp32 staging rows of q, k and G during the slice loop (kSlice = 16 channels), in one of two forms with the same
-// values: element (row, col) at at(row, col).
-//  - padded (kSwizzled false): rows of kSlice + 4 floats. Eight consecutive rows reading one 16-byte quarter (the
-//    exact pairs) fall in disjoint banks; two consecutive rows read whole as 8-byte pairs (a half-warp of the factor
-//    loop) share 4 banks, and so do some of the 4 rows x 2 quarters that a quarter-warp of the staging stores and
-//    slice outputs touches: those accesses take two passes.
-//  - swizzled (true): rows of kSlice floats whose four quarters are permuted per row, quarter c of row i at quarter
-//    c ^ (i / 2 % 4). Both patterns above fall in disjoint banks; the price is an XOR per quarter where a thread walks
-//    a whole row (the exact pairs). The fused prepare measured 2.8 % faster with it; the staged prepare, at 96
-//    registers, 4 % slower (H200, call DX; docs/performance.md v57), so it keeps the padded rows.
-template <int kSlice, bool kSwizzled>
-struct StageRows {
-  static_assert(kSlice == 16, "four 16-byte quarters per row");
-  static constexpr int kLd = kSwizzled ? kSlice : kSlice + 4;
-  static KDA_HOST_DEVICE constexpr int swizzle(int row) { return kSwizzled ? (row & 6) << 1 : 0; }
-  static KDA_HOST_DEVICE constexpr int at(int row, int col) { return row * kLd + (col ^ swizzle(row)); }
-};
-
 // Shared memory of one block: during the K loop the fp32 q/k/G slice and the factor tiles, afterwards Akk and Aqk
 // (then Tinv) in fp32 rows of kLdO floats and tril_inverse's scratch. Kernels that run this stage declare
 // kWorkBytes and pass it in.
@@ -67,7 +50,7 @@ template <int BT>
 struct IntraMmaLayout {
   static constexpr int kBlocks = BT / 16;             // 16-row blocks
   static constexpr int kSlice = 16;                   // channels per step
-  static constexpr int kLdS = StageRows<kSlice, false>::kLd;  // room for either form of the staging rows
+  static constexpr int kLdS = detail::StageRows<kSlice, false>::kLd;  // room for either form of the staging rows
   static constexpr int kTiles = kBlocks * (kBlocks - 1) / 2;  // off-diagonal 16x16 tiles
   // Factor memory, in rows of 16 fp16 values. Per 16-row block b: L (q, k; 16 rows each), the quarter's R' (8 rows)
   // and L' (16 rows: k rows over q rows). Then R of every block (16 b rows for block b). R' comes before L' so that
@@ -116,8 +99,8 @@ __device__ inline void store_factor_pair(float x0, float x1, uint16_t* tile, int
 struct ExactPairSums {
   float kk, qk;
 };
-// swz_i, swz_j: the rows' quarter permutations (StageRows::swizzle; 0 for plain rows). The channels are summed in the
-// same order whatever the permutation.
+// swz_i, swz_j: the rows' quarter permutations (detail::StageRows::swizzle; 0 for plain rows). The channels are
+// summed in the same order whatever the permutation.
 __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float* k_i, const float* g_i,
                                                   const float* k_j, const float* g_j, int swz_i = 0, int swz_j = 0) {
   float kk = 0.0f, qk = 0.0f;
@@ -189,7 +172,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   using L = IntraMmaLayout<BT>;
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   constexpr int kBlocks = L::kBlocks, kSlice = L::kSlice, kLdS = L::kLdS, kRowsPerBlock = L::kRowsPerBlock;
-  using S = StageRows<kSlice, /*kSwizzled=*/kFromInputs>;  // the staging rows' form (see StageRows)
+  using S = detail::StageRows<kSlice, /*kSwizzled=*/kFromInputs>;  // the staging rows' form (stage_rows.hpp)
   constexpr int kStageFloats = L::kStageFloats, kLdO = L::kLdO, kTiles = L::kTiles;
   // Exact triangles: two per diagonal tile, 8 rows each, 36 pairs (i, j), j <= i.
   constexpr int kTrianglePairs = 8 * 9 / 2;
@@ -414,7 +397,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   auto load_staged8 = [&](const float* base, int i, int d, float (&out)[8]) {
     const float4 lo = *reinterpret_cast<const float4*>(&base[S::at(i, d)]);
     const float4 hi = *reinterpret_cast<const float4*>(&base[S::at(i, d + 4)]);
-    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w, out[4] = hi.x, out[5] = hi.y, out[6] = hi.z, out[7] = hi.w;
+    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w;
+    out[4] = hi.x, out[5] = hi.y, out[6] = hi.z, out[7] = hi.w;
   };
   auto write_slice_outputs = [&](int d0) {
     for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {

@@ -1,0 +1,29 @@
+// Where the intra-chunk slice loop keeps element (row, col) of its fp32 staging rows of q, k and G (16 channels per
+// row), in one of two forms with the same values. Constexpr and host-callable, so a CPU test checks that every row is
+// a permutation of its 16 slots and that the access patterns below fall in the banks claimed
+// (tests/cpu/test_stage_rows.cpp; 32 banks of 4 bytes, as on NVIDIA).
+//  - padded (kSwizzled false): rows of kSlice + 4 floats. Eight consecutive rows reading one 16-byte quarter (the
+//    exact pairs) fall in disjoint banks; two consecutive rows read whole as 8-byte pairs (a half-warp of the factor
+//    loop) share 4 banks, and so do some of the 4 rows x 2 quarters that a quarter-warp of the staging stores and
+//    slice outputs touches: those accesses take two passes.
+//  - swizzled (true): rows of kSlice floats whose four quarters are permuted per row, quarter c of row i at quarter
+//    c ^ (i / 2 % 4). Both patterns above fall in disjoint banks; the price is an XOR per quarter where a thread walks
+//    a whole row (the exact pairs). The fused prepare measured 2.8 % faster with it; the staged prepare, at 96
+//    registers, 4 % slower (H200, call DX; docs/performance.md v57), so it keeps the padded rows.
+// Either way each array of rows must start 128-byte aligned for the bank claims (intra_chunk_mma_block's arrays lie
+// BT x (kSlice + 4) floats apart).
+#pragma once
+
+#include "kda/numeric.hpp"
+
+namespace kda::detail {
+
+template <int kSlice, bool kSwizzled>
+struct StageRows {
+  static_assert(kSlice == 16, "four 16-byte quarters per row");
+  static constexpr int kLd = kSwizzled ? kSlice : kSlice + 4;
+  KDA_HOST_DEVICE static constexpr int swizzle(int row) { return kSwizzled ? (row & 6) << 1 : 0; }
+  KDA_HOST_DEVICE static constexpr int at(int row, int col) { return row * kLd + (col ^ swizzle(row)); }
+};
+
+}  // namespace kda::detail
