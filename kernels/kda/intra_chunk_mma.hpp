@@ -395,10 +395,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   };
   // Channels d .. d + 7 (d a multiple of 8) of staged row i: two whole quarters, one 16-byte load each.
   auto load_staged8 = [&](const float* base, int i, int d, float (&out)[8]) {
-    const float4 lo = *reinterpret_cast<const float4*>(&base[S::at(i, d)]);
-    const float4 hi = *reinterpret_cast<const float4*>(&base[S::at(i, d + 4)]);
-    out[0] = lo.x, out[1] = lo.y, out[2] = lo.z, out[3] = lo.w;
-    out[4] = hi.x, out[5] = hi.y, out[6] = hi.z, out[7] = hi.w;
+    detail::load8(&base[S::at(i, d)], &base[S::at(i, d + 4)], out);
   };
   auto write_slice_outputs = [&](int d0) {
     for (int u = threadIdx.x; u < kQkUnits; u += kThreads) {

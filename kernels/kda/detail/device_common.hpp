@@ -153,12 +153,15 @@ __device__ inline void load8(TensorView view, int64_t t, int h, int d, float out
   unpack8<E>(load16(view, t, h, d), out);
 }
 
-// Loads 8 consecutive floats at p (16-byte aligned) with two 16-byte loads.
-__device__ inline void load8(const float* p, float out[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+// Loads 8 floats as two 16-byte loads: 4 at lo, then 4 at hi (each 16-byte aligned; apart where a layout permutes
+// its quarters, e.g. the intra-chunk stage's swizzled staging rows).
+__device__ inline void load8(const float* lo, const float* hi, float out[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(lo), b = *reinterpret_cast<const float4*>(hi);
   out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
   out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
 }
+// Loads 8 consecutive floats at p (16-byte aligned) with two 16-byte loads.
+__device__ inline void load8(const float* p, float out[8]) { load8(p, p + 4, out); }
 
 // Loads element (t, h, d) of a view whose element type is only known at run time (raw gate, raw beta).
 __device__ inline float load_scalar(TensorView view, ScalarType type, int64_t t, int h, int d) {
