@@ -75,12 +75,17 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   static_assert(!kShortChunks || BT == 64, "the short path is built for chunks of 64");
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   using IntraL = IntraMmaLayout<BT>;
-  detail::allow_dependent_launch();  // the state kernel may take the multiprocessors this grid's last blocks leave
+  // The state kernel, launched beside this grid (launch_state_mma's beside_prepare), may start once every block has
+  // let it or exited: each block lets it at the end of its work, not at its start. With the start, chunk_kda_fwd ran
+  // 2.5-5 % slower end to end whenever this kernel had the short path (mixed64 0.915 against 0.889 ms, single8k
+  // 1.028 against 0.982 with a plain launch; call EC); with the end, no batch is slower than with a plain launch and
+  // mixed64 and single1k are 0.3-0.6 % faster (H200, call ED). Why the early start hurt is not known.
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = detail::block_head();
   if (kShortChunks && chunk.length <= kShortChunkRows) {  // uniform over the block
     chunk_prepare_inputs_short_block<E, BT, K, V>(ip, wp, in, chunk, h, smem, beta_s, v_vector);
+    detail::allow_dependent_launch();
     return;
   }
   for (int d = threadIdx.x; d < K; d += kThreads)
@@ -99,6 +104,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/true>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4,
       v_vector);
+  detail::allow_dependent_launch();  // at the end of the block's work (see above)
 }
 
 // Shared memory of chunk_prepare_inputs_block: the intra and w/u parts' work area, the betas and inputs_s.

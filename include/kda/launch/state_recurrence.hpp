@@ -197,9 +197,10 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
 }
 
 // beside_prepare: the kernel before this one in the stream is chunk_kda_fwd's prepare, which lets its dependents
-// start early (detail::allow_dependent_launch). Then, on NVIDIA, this kernel is launched with programmatic stream
-// serialization: its blocks take the multiprocessors the prepare's last blocks leave, and load their initial state
-// while those finish; they wait for the whole prepare (detail::wait_for_prior_grid) before reading anything it wrote.
+// start early (detail::allow_dependent_launch: the fused prepare kernels once each block's work is done, the staged
+// one at each block's start). Then, on NVIDIA, this kernel is launched with programmatic stream serialization: its
+// blocks take the multiprocessors the prepare's last blocks leave, and load their initial state while those finish;
+// they wait for the whole prepare (detail::wait_for_prior_grid) before reading anything it wrote.
 template <typename E, int BT, int K, int TileV, int Warps, bool kFold = false, int OutWarps = 0>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool beside_prepare,
                                hipStream_t stream) {
