@@ -101,10 +101,9 @@ double stage_bytes(const WorkShape& s, StageKind stage) {
     case StageKind::kStateWithH:  // w, u, kg, G of each chunk's last row, h0 -> h, v_new, final state
       return 2 * tk_io + tv_io + NT * H * K * 4 + state_f32 + h_io + tv_io + state_f32;
     case StageKind::kChunkOutput: {  // fused form: qg (q exp2 G); staged: q_norm and G. Then h, Aqk, v_new -> o
-      // The form chunk_kda_fwd picks (chunk_kda_inputs_fused_by_shape): K, V in {64, 128}, and >= 4 chunks per
-      // sequence or (chunks of 64) <= 16 tokens per sequence.
-      const bool fused = (s.K == 64 || s.K == 128) && (s.V == 64 || s.V == 128) &&
-                         (T >= 4 * BT * N || (BT == 64 && T <= 16 * N));
+      // The form chunk_kda_fwd picks (chunk_kda_inputs_fused_by_shape): K, V in {64, 128}, and chunks of 64 or >= 4
+      // chunks per sequence.
+      const bool fused = (s.K == 64 || s.K == 128) && (s.V == 64 || s.V == 128) && (BT == 64 || T >= 4 * BT * N);
       return (fused ? tk_io : tk_io + tk_f32) + h_io + a_f32 + tv_io + tv_io;
     }
   }

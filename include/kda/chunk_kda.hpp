@@ -6,18 +6,18 @@
 //   kda::Status s = kda::chunk_kda_fwd(args, workspace, bytes, stream);
 //
 // Two forms, which give the same bits; the sizes pick one (chunk_kda_inputs_fused_by_shape). The fused form, for K
-// and V in {64, 128} and sequences averaging at least four chunks, is two launches: prepare (l2norm, gate + chunk
-// cumsum, Aqk, Tinv, w, u, kg and qg from the raw inputs in one kernel; the normalised q, k, G, Akk and Tinv never
-// reach memory) -> state recurrence with the output folded in (o, final state; no per-chunk h or v_new). The staged
-// form, for the rest, is four: [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk, Tinv, w/u/kg and qg in one
-// kernel where K, V are 64 or 128) -> state with the output folded in. Where the sizes cannot promise that the
-// staged prepare is one kernel (K or V 256, or no in-kernel l2norm, whose caller views may be unaligned) the state
-// writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Where sequences average at most
-// 16 tokens (speculative and decode batches) the folded state stage is itself two launches: a kernel of its own for
-// the sequences of at most 16 tokens and the general one for the rest (detail::state_short_kernel_used). Chunk
-// tables: the caller's (args.metadata with tables and host NT) or derived on the device once per call and shared by
-// all launches. Both metadata paths run the same kernels,
-// so outputs are bit-identical.
+// and V in {64, 128} (in chunks other than 64 only where sequences average at least four chunks), is two launches:
+// prepare (l2norm, gate + chunk cumsum, Aqk, Tinv, w, u, kg and qg from the raw inputs in one kernel; the normalised
+// q, k, G, Akk and Tinv never reach memory) -> state recurrence with the output folded in (o, final state; no
+// per-chunk h or v_new). The staged form, for the rest, is four: [q/k l2norm] -> gate + chunk cumsum -> prepare (Aqk,
+// Tinv, w/u/kg and qg in one kernel where K, V are 64 or 128) -> state with the output folded in. Where the sizes
+// cannot promise that the staged prepare is one kernel (K or V 256, or no in-kernel l2norm, whose caller views may
+// be unaligned) the state writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Where
+// sequences average at most 16 tokens (speculative and decode batches) the folded state stage is itself two
+// launches: a kernel of its own for the sequences of at most 16 tokens and the general one for the rest
+// (detail::state_short_kernel_used). Chunk tables: the caller's (args.metadata with tables and host NT) or derived on
+// the device once per call and shared by all launches. Both metadata paths run the same kernels, so outputs are
+// bit-identical.
 //
 // `o` may alias `v` (vLLM passes o=v): v is read only by the prepare launch, which completes before the launch that
 // writes o on the same stream. `final_state` may equal `initial_state` (in-place pool update).
@@ -95,29 +95,24 @@ enum class ChunkKdaPath { kAuto, kStaged, kFused };
 // Both give the same bits; tests compare them and kda_bench times both (--kda_output_separate).
 enum class ChunkKdaOutput { kAuto, kSeparate };
 
-// The fused form runs where sequences average at least this many chunks, and on batches of short sequences in chunks
-// of 64. Its prepare kernel does the l2norm and gate work that two bandwidth-bound launches do otherwise, and its
-// long path pays more per block than the staged one: measured on the H200 (round 5), it was level with the staged
-// form on single sequences (single8k 1.115 against 1.118 ms, single1k 0.160 against 0.175) and slower where most
-// chunks are short (mixed64 +6 %, spec256x8 +18 %); mixed64 still measured +6 % in round 13 (call BQ). Batches of
-// short sequences (detail::short_sequence_batch) run its kernel with a short path for chunks of at most 16 rows
-// (launch_chunk_prepare_inputs), which saves two launches, the G, q_norm and k_norm buffers and, on spec256x8, GPU
-// time too (0.550 -> 0.540 ms, host 20 -> 13 µs; call BS).
-constexpr int64_t kFusedMinChunksPerSequence = 4;
-
 // Whether the fused form can run: K and V in {64, 128}. It takes any q, k, g and v views.
 inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
   return mma_head_dims(a.geometry.head_dim_k, a.geometry.head_dim_v);
 }
 
 // Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): it can run,
-// and T >= kFusedMinChunksPerSequence * chunk_size * N, or the chunk size is 64 and T <= 16 N. Sizes only, so the
-// workspace layout can follow; builder and derived tables pick the same form.
+// and the chunk size is 64 or T >= kLongBatchAverageChunks * chunk_size * N. Sizes only, so the workspace layout
+// can follow; builder and derived tables pick the same form.
+//
+// Only chunks of 64 have the prepare kernel with a short path for chunks of at most 16 rows; on mostly-short chunks
+// the long path alone was slower than the staged form (round 5: mixed64 +6 %, spec256x8 +18 %; round 13, call BQ:
+// mixed64 +6 %). With the short path the fused form took spec256x8 in round 13 (0.550 -> 0.540 ms, host 20 -> 13
+// us; call BS) and decodes beside prefills in round 23 (mixed64 0.893 -> 0.889 ms, host 27 -> 14 us; call EC): that
+// prepare is no slower than the staged form's three launches on any batch measured (mixed64 0.592 against 0.595 ms,
+// single8k 0.686 against 0.716, varlen16 1.28 against 1.32; H200, calls EB and EC).
 inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
-  const ChunkMetadataArgs& m = a.geometry.metadata;
   return chunk_kda_inputs_fusable(a) &&
-         (m.total_tokens >= kFusedMinChunksPerSequence * int64_t(a.geometry.chunk_size) * m.num_sequences ||
-          (a.geometry.chunk_size == 64 && short_sequence_batch(m)));
+         (a.geometry.chunk_size == 64 || long_sequence_batch(a.geometry.metadata, a.geometry.chunk_size));
 }
 
 // Whether the state kernel forms the output (o = scale qg round(S) + Aqk v_new, chunk after chunk), so that no

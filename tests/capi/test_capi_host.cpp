@@ -391,35 +391,47 @@ TEST(CapiWorkspace, PureAndDeterministic) {
 TEST(CapiWorkspace, DependsOnWhatItShould) {
   const kda_chunk_kda_args a = valid_args();
   const size_t base = workspace_of(a);
-  // Lower bound: the fp32 gate cumsum plus Aqk, fp32 [T,H,BT] (with l2norm and K = V = 128, Akk and Tinv never
-  // leave the chip).
-  EXPECT_GE(base, size_t(kT) * kH * kK * 4 + size_t(kT) * kH * 64 * 4);
+  // Chunks of 64 and K = V = 64: the fused form at any average length. Lower bound: Aqk, fp32-sized [T,H,BT] (its
+  // 16-bit hi + lo pair), and w, u, kg, qg in the I/O type (bf16); no fp32 G (G, Akk and Tinv never leave the chip).
+  EXPECT_GE(base, size_t(kT) * kH * 64 * 4 + 4 * size_t(kT) * kH * kK * 2);
 
   kda_chunk_kda_args more = a;
   more.total_tokens = 2 * kT;
   EXPECT_GT(workspace_of(more), base);
 
-  kda_chunk_kda_args no_norm = a;
+  // Chunks of 32 and sequences averaging fewer than four chunks (229 < 4 * 32 * 3): the staged form. Lower bound:
+  // the fp32 gate cumsum plus Aqk, fp32 [T,H,BT] (with l2norm and K = V = 64, Akk and Tinv never leave the chip).
+  kda_chunk_kda_args staged = a;
+  staged.chunk_size = 32;
+  const size_t staged_base = workspace_of(staged);
+  EXPECT_GE(staged_base, size_t(kT) * kH * kK * 4 + size_t(kT) * kH * 32 * 4);
+
+  kda_chunk_kda_args no_norm = staged;
   no_norm.qk_l2norm = 0;
   // Three bf16 [T,H,K] buffers fewer (q, k normalised, and qg), two fp32 [T,H,BT] more and the per-chunk h:
   // unnormalised q, k may be unaligned caller views, which need the unfused launches with Akk and Tinv in memory,
   // and without the one prepare kernel there is no qg for the state kernel to form the output from, so the output
-  // is a launch of its own reading h (derived grid: ceil(T / 64) + N chunks).
-  const size_t h_bytes = size_t((kT + 63) / 64 + kN) * kH * kK * kV * 2;
-  EXPECT_EQ(workspace_of(no_norm) + 3 * size_t(kT) * kH * kK * 2, base + 2 * size_t(kT) * kH * 64 * 4 + h_bytes);
+  // is a launch of its own reading h (derived grid: ceil(T / 32) + N chunks).
+  const size_t h_bytes = size_t((kT + 31) / 32 + kN) * kH * kK * kV * 2;
+  EXPECT_EQ(workspace_of(no_norm) + 3 * size_t(kT) * kH * kK * 2, staged_base + 2 * size_t(kT) * kH * 32 * 4 + h_bytes);
+  // The fused form normalises q and k itself: without the in-kernel l2norm its workspace is the same.
+  kda_chunk_kda_args fused_no_norm = a;
+  fused_no_norm.qk_l2norm = 0;
+  EXPECT_EQ(workspace_of(fused_no_norm), base);
 
-  // Sequences averaging four chunks or more (T >= 4 * 64 * N) run the fused form, whose workspace has no G and no
-  // normalised q, k: one token more can make it smaller.
-  kda_chunk_kda_args at_rule = a, below_rule = a;
-  at_rule.total_tokens = 4 * 64 * kN;
-  below_rule.total_tokens = 4 * 64 * kN - 1;
+  // In chunks of 32, sequences averaging four chunks or more (T >= 4 * 32 * N) run the fused form, whose workspace
+  // has no G and no normalised q, k: one token more can make it smaller.
+  kda_chunk_kda_args at_rule = staged, below_rule = staged;
+  at_rule.total_tokens = 4 * 32 * kN;
+  below_rule.total_tokens = 4 * 32 * kN - 1;
   EXPECT_LT(workspace_of(at_rule), workspace_of(below_rule));
-
-  // Chunks of 64 and sequences averaging at most 16 tokens (speculative batches) run the fused form too.
-  kda_chunk_kda_args short_batch = a, above_short = a;
-  short_batch.total_tokens = 16 * kN;
-  above_short.total_tokens = 16 * kN + 1;
-  EXPECT_LT(workspace_of(short_batch), workspace_of(above_short));
+  // In chunks of 64 the same average changes nothing but the token count: the fused form on both sides, one token
+  // more costing far less than the fp32 G of the staged form (T x H x K x 4 bytes).
+  kda_chunk_kda_args at_rule64 = a, below_rule64 = a;
+  at_rule64.total_tokens = 4 * 64 * kN;
+  below_rule64.total_tokens = 4 * 64 * kN - 1;
+  EXPECT_GT(workspace_of(at_rule64), workspace_of(below_rule64));
+  EXPECT_LT(workspace_of(at_rule64) - workspace_of(below_rule64), size_t(kT) * kH * kK * 4);
 
   kda_chunk_kda_args tables = a;  // exact grids (NT = 5 here) and no derived tables: smaller
   tables.chunk_indices = fake(12);

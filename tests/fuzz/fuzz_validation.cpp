@@ -230,11 +230,10 @@ void check_workspace_layout(const kda::ChunkKdaArgs& a) {
   KDA_FUZZ_CHECK(ws == l.total);
   KDA_FUZZ_CHECK(i128(ws) < (i128(1) << 62));
   // Derived tables: offsets [N+1] and NT (int32), indices [NT_max,2] (int32).
-  // K, V in {64, 128}, and sequences averaging at least 4 chunks or (chunks of 64) at most 16 tokens: the fused
-  // prepare from the raw inputs, whose layout has no G, q_norm, k_norm, Akk or Tinv, but qg and G_last. Otherwise
-  // the staged form.
+  // K, V in {64, 128}, and chunks of 64 or sequences averaging at least 4 chunks: the fused prepare from the raw
+  // inputs, whose layout has no G, q_norm, k_norm, Akk or Tinv, but qg and G_last. Otherwise the staged form.
   const bool fusable = one_of(g.head_dim_k, {64, 128}) && one_of(g.head_dim_v, {64, 128});
-  const bool fused = fusable && (T >= 4 * BT * N || (BT == 64 && N > 0 && T <= 16 * N));
+  const bool fused = fusable && (BT == 64 || T >= 4 * BT * N);
   KDA_FUZZ_CHECK(l.inputs_fused == fused);
   KDA_FUZZ_CHECK(l.inputs_fused == kda::detail::chunk_kda_inputs_fused_by_shape(a));
   const i128 staged = fused ? 0 : 1;

@@ -345,22 +345,22 @@ TEST(ChunkKdaBitIdentity, FusedPrepareMatchesStagedForm) {
 }
 
 // The fused prepare's two kernels on the same inputs: the one with a short path for chunks of at most 16 rows
-// (launch_chunk_prepare_inputs' choice for batches of short sequences) and the long path alone. Every byte they
-// write must agree (Aqk's hi + lo pair, w, u, kg, qg, G_last), on chunks of every length 1-17, for K = 64 and 128,
-// every gate, g stored as fp32, bf16 or fp16 (the short path loads a 16-bit g on a path of its own), and both
-// metadata modes.
+// (launch_chunk_prepare_inputs' choice in chunks of 64 wherever sequences average fewer than four chunks) and the
+// long path alone. Every byte they write must agree (Aqk's hi + lo pair, w, u, kg, qg, G_last), on chunks of every
+// length 1-17, for K = 64 and 128, every gate, g stored as fp32, bf16 or fp16 (the short path loads a 16-bit g on a
+// path of its own), and both metadata modes.
 TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
   ASSERT_TRUE(have_gpu());
   uint64_t seed = 2100;
   struct Case {
     Batch b;
-    bool launcher_short;  // whether launch_chunk_prepare_inputs picks the short path itself: T <= 16 N
+    bool launcher_short;  // whether launch_chunk_prepare_inputs picks the short path itself: T < 4 x 64 x N
   };
   const std::vector<Case> cases = {
       {{"every_short_length_k64", every_short_length_cu(), 2, 64, 128}, true},
       {{"every_short_length_k128", every_short_length_cu(), 2, 128, 64}, true},
       {{"spec64x8", spec_cu(64, 8), 2, 128, 128}, true},
-      {{"decodes_then_prefills", decode_prefill_cu(8, {200, 777, 64}), 2, 128, 128}, false},
+      {{"decodes_then_prefills", decode_prefill_cu(8, {200, 777, 64}), 2, 128, 128}, true},
   };
   for (const Case& c : cases) {
     const Batch& b = c.b;

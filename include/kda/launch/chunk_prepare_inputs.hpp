@@ -82,14 +82,14 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
   return Status();
 }
 
-// Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else for batches
-// of short sequences (short_sequence_batch: sequences averaging at most 16 tokens) in chunks of 64. That kernel runs
-// five blocks per SM, where its long path spills more; elsewhere the long chunks dominate and the kernel without the
-// short path runs them (its long path spills 12 bytes against 148 for bf16, K = V = 128; a kernel with both paths
-// at four blocks per SM measured no faster on mixed64, 0.711 against 0.712 ms, call BQ).
+// Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else in chunks of
+// 64 wherever the sequences average fewer than four chunks (not long_sequence_batch). That kernel runs five blocks
+// per SM, where its long path spills more (148 bytes against 12 for bf16, K = V = 128): on batches of long sequences
+// the kernel without the short path is 8 % faster (prepare_inputs single8k 0.634 against 0.686 ms); where decodes or
+// short prefills bring many part-filled chunks it is the other way round (mixed64 0.592 against 0.642; H200, call EB).
 inline bool prepare_inputs_short_path_used(const ChunkPrepareInputsArgs& a) {
   if (a.short_chunks >= 0) return a.short_chunks == 1;
-  return a.geometry.chunk_size == 64 && short_sequence_batch(a.geometry.metadata);
+  return a.geometry.chunk_size == 64 && !long_sequence_batch(a.geometry.metadata, a.geometry.chunk_size);
 }
 
 // Enqueues the kernel on already-resolved chunk tables; no validation (the launcher below and chunk_kda_fwd
