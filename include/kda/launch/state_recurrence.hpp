@@ -97,7 +97,12 @@ namespace detail {
 // every benchmark batch, long single sequences included (single8k 0.313 -> 0.289 ms, spec256x8 0.92 -> 0.70), because
 // staging w and kg is a large part of each chunk's step; 64 beat 32 only where blocks are plentiful (varlen16 0.41 ->
 // 0.33, mixed64 0.36 -> 0.32) and lost on single sequences (single8k 0.41). 16 stays for tests and forced runs.
-constexpr int64_t kStateWideTileMinBlocks = 1024;
+// With the output folded in, 32 columns run one block per SM (eight output warps beside the chain's eight: ~2.3 us
+// per chunk step) and 64 columns two (~7.6 us per step each; ~4.8 alone on an SM), so 64 columns win once their
+// blocks fill the SMs about twice: 4 x 4096 tokens (256 blocks of 64 columns in one wave against 512 of 32 in four)
+// ran its state stage 0.596 -> 0.490 ms, end to end 1.835 -> 1.724 (H200, 132 SMs, calls EE and EF). A model of those
+// step times puts the crossing between 128 and 256 blocks; 256 is the measured side.
+constexpr int64_t kStateWideTileMinBlocks = 256;
 
 // The V-tile width the launcher runs: a forced a.v_tile, else 64 when that still gives kStateWideTileMinBlocks
 // blocks, else 32. Every supported V (64, 128, 256) is a multiple of 64. The scalar kernel (K = 256) takes 16.
