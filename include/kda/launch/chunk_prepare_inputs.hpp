@@ -3,7 +3,8 @@
 // stages read: Aqk, w, u, kg, qg = round(q exp2 G) and G_last, the G of each chunk's last row. The l2norm and gate
 // stages are folded in, so neither the normalised q, k nor G ever reach memory. Each output is bit-identical to the
 // stage pipeline's (launch_qk_l2norm, launch_gate_cumsum, launch_chunk_prepare, and the output stage's own qg).
-// Batches of short sequences run a second kernel whose blocks take chunks of at most 16 rows on a short path
+// In chunks of 64, batches whose sequences average fewer than four chunks (decodes, speculative drafts, short
+// prefills) run a second kernel whose blocks take chunks of at most 16 rows on a short path
 // (ChunkPrepareInputsArgs::short_chunks), and a third, with the short path alone, where the caller bounds every
 // sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); the bits are the same.
 #pragma once
