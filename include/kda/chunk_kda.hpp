@@ -107,9 +107,9 @@ inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
 // Only chunks of 64 have the prepare kernel with a short path for chunks of at most 16 rows; on mostly-short chunks
 // the long path alone was slower than the staged form (round 5: mixed64 +6 %, spec256x8 +18 %; round 13, call BQ:
 // mixed64 +6 %). With the short path the fused form took spec256x8 in round 13 (0.550 -> 0.540 ms, host 20 -> 13
-// us; call BS) and decodes beside prefills in round 23 (mixed64 0.893 -> 0.889 ms, host 27 -> 14 us; call EC): that
-// prepare is no slower than the staged form's three launches on any batch measured (mixed64 0.592 against 0.595 ms,
-// single8k 0.686 against 0.716, varlen16 1.28 against 1.32; H200, calls EB and EC).
+// us; call BS) and decodes beside prefills in round 23 (mixed64 0.888 -> 0.882 ms, host 18.7 -> 10.5 us; call ED):
+// that prepare is no slower than the staged form's three launches on any batch measured (mixed64 0.592 against 0.595
+// ms, single8k 0.686 against 0.716, varlen16 1.28 against 1.32; H200, calls EB and EC).
 inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
   return chunk_kda_inputs_fusable(a) &&
          (a.geometry.chunk_size == 64 || long_sequence_batch(a.geometry.metadata, a.geometry.chunk_size));
