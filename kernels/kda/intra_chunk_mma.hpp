@@ -386,10 +386,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         local = detail::gate_cumsum_add(local, g_s[S::at(i, c)]);
         const float g = detail::gate_cumsum_add(base, local) * kRcpLn2;
         if (i < chunk.length) g_s[S::at(i, c)] = g;
-        if (i == chunk.length - 1) {
-          glast_s[d0 + c] = g;
-          in->G_last[(detail::block_chunk_id() * p.num_heads + h) * p.head_dim + d0 + c] = g;
-        }
+        if (i == chunk.length - 1) glast_s[d0 + c] = g;  // to in->G_last after the slice loop
       }
     }
   };
@@ -529,6 +526,10 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     }
   }
 
+  if constexpr (kFromInputs) {  // G of the last row, whole (the last slice's G barrier made glast_s complete)
+    for (int d = threadIdx.x; d < p.head_dim; d += kThreads)
+      in->G_last[(detail::block_chunk_id() * p.num_heads + h) * p.head_dim + d] = glast_s[d];
+  }
   // Assemble both matrices in shared memory (zeros above the diagonal and past the chunk), then write whole rows.
   __syncthreads();
   float* akk_s = reinterpret_cast<float*>(smem);

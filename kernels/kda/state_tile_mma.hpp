@@ -108,7 +108,7 @@ __device__ __forceinline__ void store_output(const MutableTensorView& out, bool 
     const uint32_t pair = numeric::pack2<E>(o.x[e], o.x[e + 1]);  // round(o.x[e]) in the low half
     const uint16_t b0 = uint16_t(pair & 0xffffu), b1 = uint16_t(pair >> 16);
     if (pairs) {
-      const int64_t off0 = tile_at + int64_t(c0.row) * out.token_stride + c0.col;
+      const int64_t off0 = tile_at + detail::index_times(c0.row, out.token_stride) + c0.col;
       if (i0 < length) *reinterpret_cast<uint32_t*>(&o_out[off0]) = pair;
     } else {
       if (i0 < length) o_out[detail::element_offset(out, start + i0, h, v0 + ct * 16 + c0.col)] = b0;
