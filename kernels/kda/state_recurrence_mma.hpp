@@ -167,6 +167,17 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   uint16_t* vnew_out = static_cast<uint16_t*>(p.v_new);
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);  // the sequence's chunks and pool slot
+  // Offset of row t (a token or chunk index) of head h in a [rows, H, width] workspace. On the 32-column tiles the
+  // index enters as a 32-bit factor of the row stride (detail::index_times): their state stage ran 0.5-1.2 % faster
+  // (H200, calls ES and ET); on the 64-column tiles the same form ran 0.8-1.5 % slower (call ES), so they keep the
+  // 64-bit product.
+  auto row_offset = [&](int64_t t, int width) -> int64_t {
+    if constexpr (TileV == 32) {
+      return detail::index_times(t, int64_t(p.num_heads) * width) + int64_t(h) * width;
+    } else {
+      return (t * p.num_heads + h) * width;
+    }
+  };
   const int64_t slot = seq.slot;
   const bool load_initial = seq.load_initial;
 
@@ -296,7 +307,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
     static_assert(kThreads % kRowVecs == 0, "whole rows per pass");
     constexpr int kRowsPerPass = kThreads / kRowVecs;
     const int row0 = threadIdx.x / kRowVecs;
-    const int64_t base = ((chunk_start + row0) * p.num_heads + h) * K + (threadIdx.x % kRowVecs) * 8;
+    const int64_t base = row_offset(chunk_start + row0, K) + (threadIdx.x % kRowVecs) * 8;
     const int64_t stride = int64_t(kRowsPerPass) * p.num_heads * K;
 #pragma unroll
     for (int x = 0; x < kWVecs; ++x) {
@@ -309,16 +320,16 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
       const int e = threadIdx.x + x * kThreads;
       const int i = e / kURowVecs, part = e % kURowVecs;
       const bool valid = e < BT * kURowVecs && i < length;
-      const int64_t off = ((chunk_start + i) * p.num_heads + h) * V + v0 + part * 8;
+      const int64_t off = row_offset(chunk_start + i, V) + v0 + part * 8;
       r.u[x] = valid ? *reinterpret_cast<const uint4*>(u + off) : zero;
     }
 #pragma unroll
     for (int x = 0; x < kGLast; ++x) {
       const int d = threadIdx.x + x * kThreads;
       if (p.G_last != nullptr) {  // G of the chunk's last row, per chunk (gid checked: a bad table reads nothing)
-        r.glast[x] = d < K && gid >= 0 && gid < nt ? p.G_last[(gid * p.num_heads + h) * K + d] : 0.0f;
+        r.glast[x] = d < K && gid >= 0 && gid < nt ? p.G_last[row_offset(gid, K) + d] : 0.0f;
       } else {
-        r.glast[x] = d < K ? p.G[((chunk_start + length - 1) * p.num_heads + h) * K + d] : 0.0f;
+        r.glast[x] = d < K ? p.G[row_offset(chunk_start + length - 1, K) + d] : 0.0f;
       }
     }
   };
@@ -356,7 +367,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
     if (vnew_out == nullptr) return;
     for (int e = threadIdx.x; e < length * kURowVecs; e += kThreads) {
       const int i = e / kURowVecs, part = e % kURowVecs;
-      *reinterpret_cast<uint4*>(&vnew_out[((start + i) * p.num_heads + h) * V + v0 + part * 8]) =
+      *reinterpret_cast<uint4*>(&vnew_out[row_offset(start + i, V) + v0 + part * 8]) =
           *reinterpret_cast<const uint4*>(&uv_s[i * kLdV + part * 8]);
     }
   };
@@ -384,7 +395,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
       constexpr int kRows = kT / kRowVecs;  // rows of qg per pass
       const int i0 = tid / kRowVecs, d = (tid % kRowVecs) * 8;
       const uint16_t* qg = static_cast<const uint16_t*>(p.qg);
-      const int64_t at = ((start + i0) * p.num_heads + h) * K + d, stride = int64_t(kRows) * p.num_heads * K;
+      const int64_t at = row_offset(start + i0, K) + d, stride = int64_t(kRows) * p.num_heads * K;
 #pragma unroll
       for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
         const int i = i0 + x * kRows;
@@ -396,7 +407,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
       const int i0 = tid / kAqkVecs, j = (tid % kAqkVecs) * 8;
       const uint16_t* hi = static_cast<const uint16_t*>(p.aqk_hi);
       const uint16_t* lo = static_cast<const uint16_t*>(p.aqk_lo);
-      const int64_t at = ((start + i0) * p.num_heads + h) * BT + j, stride = int64_t(kRows) * p.num_heads * BT;
+      const int64_t at = row_offset(start + i0, BT) + j, stride = int64_t(kRows) * p.num_heads * BT;
 #pragma unroll
       for (int x = 0; x < (BT + kRows - 1) / kRows; ++x) {
         const int i = i0 + x * kRows;
