@@ -28,6 +28,7 @@ inline const char* gate_name(GateVariant g) { return g == GateVariant::kSoftplus
 struct ProblemConfig {
   std::vector<int64_t> cu_seqlens;
   int H = kHeads, K = kHeadDimK, V = kHeadDimV;
+  DType dtype = DType::kBF16;  // q, k, v and o (the gate, beta and states stay fp32)
   GateVariant gate = GateVariant::kSoftplus;
   MetadataMode mode = MetadataMode::kBuilder;
   uint64_t seed = 0;
@@ -57,9 +58,10 @@ class BenchProblem {
     // Inputs as in FLA's tests: q, k, v ~ U[0,1) (q, k unnormalised: l2norm runs in the kernel), raw g ~ N(0,1),
     // raw beta ~ N(0,1) (sigmoid in the kernel), A_log = log U[1,16), dt_bias ~ N(0,1), initial state ~ N(0,1).
     const uint64_t s = c.seed * 16;
-    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(q.get(), tk, FillType::kBFloat16, Distribution::kUniform01, s + 1, stream));
-    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(k.get(), tk, FillType::kBFloat16, Distribution::kUniform01, s + 2, stream));
-    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(v.get(), tv, FillType::kBFloat16, Distribution::kUniform01, s + 3, stream));
+    const FillType io = c.dtype == DType::kFP16 ? FillType::kFloat16 : FillType::kBFloat16;
+    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(q.get(), tk, io, Distribution::kUniform01, s + 1, stream));
+    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(k.get(), tk, io, Distribution::kUniform01, s + 2, stream));
+    KDA_RETURN_IF_RUNTIME_ERROR(fill_random(v.get(), tv, io, Distribution::kUniform01, s + 3, stream));
     KDA_RETURN_IF_RUNTIME_ERROR(fill_random(g.get(), tk, FillType::kFloat32, Distribution::kNormal, s + 4, stream));
     KDA_RETURN_IF_RUNTIME_ERROR(fill_random(beta.get(), th, FillType::kFloat32, Distribution::kNormal, s + 5, stream));
     KDA_RETURN_IF_RUNTIME_ERROR(
@@ -83,7 +85,7 @@ class BenchProblem {
     geo.head_dim_k = c.K;
     geo.head_dim_v = c.V;
     geo.chunk_size = kChunkSize;
-    geo.dtype = DType::kBF16;
+    geo.dtype = c.dtype;
 
     KDA_RETURN_IF_ERROR(count_chunks(cu_host_.data(), IndexType::kInt32, N, kChunkSize, T, &num_chunks));
     if (c.mode == MetadataMode::kBuilder) {

@@ -2,6 +2,8 @@
 //   e2e/<batch>/<mode>[/gate_lb]        chunk_kda_fwd, softplus gate (or the lower-bound gate)
 //   stage/<stage>/<batch>/<mode>        one stage's public launcher on the intermediates of a chunk_kda_fwd call
 //   metadata/upload/<batch>             the host builder's per-step work: build the tables + one async upload
+//   shape/<batch>/<dtype>_k<K>_v<V>     chunk_kda_fwd (builder, softplus) at other I/O types and head dims, so that
+//                                       the kernels the figures above do not run are timed too (a regression guard)
 // <mode> is `builder` (tables built on the host and uploaded once at setup, host NT) or `derived` (no tables: the
 // call derives them on the device). Google Benchmark appends /manual_time to every name.
 #include <benchmark/benchmark.h>
@@ -43,12 +45,22 @@ CachedProblem& cache() {
   return c;
 }
 
+// The I/O type and head dims of a problem: the batches' own (bf16, K = V = 128) unless a shape/ benchmark asks.
+struct HeadShape {
+  DType dtype = DType::kBF16;
+  int K = kHeadDimK, V = kHeadDimV;
+};
+std::string shape_name(const HeadShape& s) {
+  return std::string(s.dtype == DType::kFP16 ? "fp16" : "bf16") + "_k" + std::to_string(s.K) + "_v" +
+         std::to_string(s.V);
+}
+
 // Sets up (or reuses) the problem of a batch; runs chunk_kda_fwd once so that the workspace holds real
 // intermediates for the stage benchmarks.
 Status get_problem(const BatchSpec& batch, MetadataMode mode, GateVariant gate, hipStream_t stream,
-                   CachedProblem** out) {
+                   CachedProblem** out, const HeadShape& shape = HeadShape()) {
   CachedProblem& c = cache();
-  const std::string key = batch.name + "/" + mode_name(mode) + "/" + gate_name(gate);
+  const std::string key = batch.name + "/" + mode_name(mode) + "/" + gate_name(gate) + "/" + shape_name(shape);
   if (c.key != key || !c.problem) {
     c.stages.reset();
     c.problem.reset();  // free the previous problem's memory before allocating the next
@@ -58,6 +70,9 @@ Status get_problem(const BatchSpec& batch, MetadataMode mode, GateVariant gate, 
     config.cu_seqlens = batch.cu_seqlens;
     config.gate = gate;
     config.mode = mode;
+    config.dtype = shape.dtype;
+    config.K = shape.K;
+    config.V = shape.V;
     KDA_RETURN_IF_ERROR(p->init(config, stream));
     KDA_RETURN_IF_ERROR(p->run(stream));
     KDA_RETURN_IF_RUNTIME_ERROR(hipStreamSynchronize(stream));
@@ -69,12 +84,12 @@ Status get_problem(const BatchSpec& batch, MetadataMode mode, GateVariant gate, 
   return Status();
 }
 
-WorkShape shape_of(const BatchSpec& b) {
+WorkShape shape_of(const BatchSpec& b, const HeadShape& head = HeadShape()) {
   WorkShape s;
   s.cu_seqlens = b.cu_seqlens;
   s.H = kHeads;
-  s.K = kHeadDimK;
-  s.V = kHeadDimV;
+  s.K = head.K;
+  s.V = head.V;
   s.BT = kChunkSize;
   s.io_bytes = 2;
   return s;
@@ -135,6 +150,20 @@ void bm_stage(benchmark::State& state, const BatchSpec* batch, StageKind stage, 
   set_counters(state, m, stage_flops(shape, stage), stage_bytes(shape, stage), *batch);
 }
 
+// chunk_kda_fwd at another I/O type or head dims (builder tables, softplus gate). The counters as e2e/'s; the
+// batch's own shape (bf16_k128_v128) is registered too, so that every shape has its baseline in the same run.
+void bm_shape(benchmark::State& state, const BatchSpec* batch, HeadShape head) {
+  hipStream_t stream = nullptr;
+  CachedProblem* c = nullptr;
+  if (setup_failed(state, bench_stream(&stream))) return;
+  if (setup_failed(state, get_problem(*batch, MetadataMode::kBuilder, GateVariant::kSoftplus, stream, &c, head))) return;
+  const BenchProblem& p = *c->problem;
+  Measurement m;
+  if (!time_calls(state, stream, [&](hipStream_t s) { return p.run(s); }, &m)) return;
+  const WorkShape shape = shape_of(*batch, head);
+  set_counters(state, m, count_flops(shape).total(), e2e_bytes(shape), *batch);
+}
+
 // The builder's per-step cost in an engine: build both tables from host cu_seqlens into pinned memory and enqueue
 // their one upload. Bytes: the packed tables. Back-to-back calls rewrite the staging buffer with identical bytes.
 void bm_metadata_upload(benchmark::State& state, const BatchSpec* batch) {
@@ -183,6 +212,18 @@ void register_kda_benchmarks() {
   }
   for (const BatchSpec& batch : bench_batches()) {
     finish(benchmark::RegisterBenchmark(("metadata/upload/" + batch.name).c_str(), bm_metadata_upload, &batch));
+  }
+  // Each fused prepare kernel (long, with the short path, short only) and state kernel form at the other shapes:
+  // one long sequence, decodes beside prefills, speculative decodes.
+  const HeadShape shapes[] = {{DType::kBF16, 128, 128}, {DType::kFP16, 128, 128}, {DType::kBF16, 128, 64},
+                              {DType::kBF16, 64, 128},  {DType::kFP16, 64, 128},  {DType::kBF16, 64, 64},
+                              {DType::kFP16, 64, 64}};
+  for (const BatchSpec& batch : bench_batches()) {
+    if (batch.name != "single8k" && batch.name != "mixed64" && batch.name != "spec256x8") continue;
+    for (const HeadShape& head : shapes) {
+      const std::string name = "shape/" + batch.name + "/" + shape_name(head);
+      finish(benchmark::RegisterBenchmark(name.c_str(), bm_shape, &batch, head));
+    }
   }
 }
 

@@ -32,6 +32,8 @@ __global__ void fill_random_kernel(void* out, size_t count, FillType type, Distr
     }
     if (type == FillType::kBFloat16) {
       static_cast<uint16_t*>(out)[i] = numeric::float_to_bf16(float(x));
+    } else if (type == FillType::kFloat16) {
+      static_cast<uint16_t*>(out)[i] = numeric::float_to_fp16(float(x));
     } else {
       static_cast<float*>(out)[i] = float(x);
     }

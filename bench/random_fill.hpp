@@ -15,7 +15,7 @@ enum class Distribution {
   kLogUniform1To16, // log(U[1, 16)): A_log, as in FLA's varlen test
 };
 
-enum class FillType { kFloat32, kBFloat16 };
+enum class FillType { kFloat32, kBFloat16, kFloat16 };
 
 // Enqueues the fill of `count` elements on `stream`; returns the launch error, if any.
 hipError_t fill_random(void* out, size_t count, FillType type, Distribution dist, uint64_t seed, hipStream_t stream);

@@ -5,7 +5,9 @@
 
 One table for chunk_kda_fwd end to end: one row per batch and gate, with GPU ms per call, host µs to enqueue one
 call, TFLOP/s and GB/s for both metadata modes (builder: tables built on the host and uploaded once; derived: the
-call derives them on the device). If the JSON holds per-stage or metadata benchmarks, a second table lists them.
+call derives them on the device). If the JSON holds per-stage or metadata benchmarks, a second table lists them;
+shape/ benchmarks (other I/O types and head dims) get a table of their own, with each shape's GPU time as a ratio
+to the batch's bf16, K = V = 128 run of the same file.
 With --benchmark_repetitions the median aggregate is shown (else the mean, else the single run).
 """
 import json
@@ -127,6 +129,7 @@ def main(argv):
     e2e = {}   # (batch, gate) -> {mode: record}
     stages = {}  # (stage, batch) -> {mode: record}
     meta = {}  # batch -> {"builder": record}
+    shapes = {}  # (batch, shape) -> {"builder": record}
     for key, rec in runs.items():
         if len(key) >= 3 and key[0] == "e2e" and key[2] in MODES:
             gate = "gate_lb" if "gate_lb" in key[3:] else "softplus"
@@ -135,6 +138,8 @@ def main(argv):
             stages.setdefault((key[1], key[2]), {})[key[3]] = rec
         elif len(key) >= 3 and key[0] == "metadata":
             meta.setdefault((key[1], key[2]), {})["builder"] = rec
+        elif len(key) >= 3 and key[0] == "shape":
+            shapes.setdefault((key[1], key[2]), {})["builder"] = rec
 
     if e2e:
         rows = []
@@ -158,6 +163,16 @@ def main(argv):
             rows.append(([what, batch, tokens_of(*meta[(what, batch)].values())], meta[(what, batch)]))
         print_table("metadata: host builder, build both tables + enqueue their one upload (per call)",
                     ["metadata", "batch", "tokens"], rows, show_rates=False, modes=("builder",))
+    if shapes:
+        rows = []
+        for (batch, shape) in sorted(shapes, key=lambda k: (order(k[0], BATCH_ORDER), k[1])):
+            by_mode = shapes[(batch, shape)]
+            base = metrics(shapes.get((batch, "bf16_k128_v128"), {}).get("builder"))[0]
+            this = metrics(by_mode.get("builder"))[0]
+            ratio = f"{this / base:.3f}" if isinstance(this, float) and isinstance(base, float) and base else "-"
+            rows.append(([batch, shape, ratio], by_mode))
+        print_table("shapes: chunk_kda_fwd at other I/O types and head dims (builder, softplus; x = GPU ms against "
+                    "bf16_k128_v128)", ["batch", "shape", "x"], rows, modes=("builder",))
     return 0
 
 
