@@ -110,7 +110,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
 // Shared memory of chunk_prepare_inputs_block: the intra and w/u parts' work area, the betas and inputs_s.
 template <int BT, int K, int V>
 struct PrepareInputsBlockShared {
-  static constexpr size_t kIntra = IntraMmaLayout<BT>::kWorkBytes;
+  static constexpr size_t kIntra = IntraMmaLayout<BT>::kFusedWorkBytes;  // with the raw slice (intra_chunk_mma_block)
   static constexpr size_t kWu = WuMmaLayout<BT, K, V, /*kStageV=*/false>::kBytes;
   static constexpr size_t kBytes = kIntra > kWu ? kIntra : kWu;
 };

@@ -63,6 +63,10 @@ struct IntraMmaLayout {
   static constexpr int kOutFloats = 2 * BT * kLdO + detail::tril_inverse_scratch_floats<BT>();
   static constexpr int kSliceBytes = kStageFloats * 4 + kFactorHalves * 2;
   static constexpr int kWorkBytes = kSliceBytes > kOutFloats * 4 ? kSliceBytes : kOutFloats * 4;
+  // The fused prepare (kFromInputs) also keeps the next slice's raw q, k (16 bytes per 8 channels of a row) and g (up
+  // to 32) past the factors during the slice loop; at BT = 64 that still fits in kWorkBytes.
+  static constexpr int kRawBytes = BT * 2 * (16 + 16 + 32);
+  static constexpr int kFusedWorkBytes = kSliceBytes + kRawBytes > kWorkBytes ? kSliceBytes + kRawBytes : kWorkBytes;
   static constexpr int kTinvOffsetFloats = BT * kLdO;  // where the block leaves Tinv (after Akk's rows)
   static_assert((kStageFloats * 4) % 16 == 0 && kRowsPerBlock % 8 == 0 && kRRows % 8 == 0,
                 "fragment rows 16-byte aligned; swizzled tiles start at multiples of 8 rows");
@@ -306,6 +310,78 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       }
     }
   };
+  // NVIDIA, kFromInputs: the next slice's raw q, k and g travel to shared memory by asynchronous copies (cp.async)
+  // instead of registers, so that no registers hold them across the slice's work (smem holds
+  // IntraMmaLayout::kFusedWorkBytes). Each thread copies and later stages the same units, so its own wait suffices;
+  // views that are not 16-byte aligned take per-element loads that the same thread stores there. raw_g: two planes
+  // of float4 (channels 0-3 and 4-7 of each unit), or in the first the 16 bytes of a 16-bit gate.
+#if defined(KDA_PLATFORM_CUDA)
+  constexpr bool kRawInShared = kFromInputs;
+#else
+  constexpr bool kRawInShared = false;  // no asynchronous copy: the registers keep the loads in flight
+#endif
+  uint4* raw_q = reinterpret_cast<uint4*>(smem + L::kSliceBytes);
+  uint4* raw_k = raw_q + kQkUnits;
+  float4* raw_g = reinterpret_cast<float4*>(raw_k + kQkUnits);
+  const bool g16 = kFromInputs && in->g_vector && in->g_type != ScalarType::kFloat32;
+  auto issue_slice = [&](int d0) {
+#pragma unroll
+    for (int x = 0; x < kQkPerThread; ++x) {
+      if (warp_past_chunk(d0, x, 2)) continue;
+      const int u = threadIdx.x + x * kThreads, i = u / 2, d = d0 + (u % 2) * 8;
+      if (u >= kQkUnits) continue;
+      const bool valid = i < chunk.length;
+      const int64_t t = chunk.start + (valid ? i : 0);
+      if (in->qk_vector) {
+        const uint16_t* q = static_cast<const uint16_t*>(p.q.data) + detail::element_offset(p.q, t, h, d);
+        const uint16_t* k = static_cast<const uint16_t*>(p.k.data) + detail::element_offset(p.k, t, h, d);
+        detail::copy16_async_zfill(&raw_q[u], q, valid);
+        detail::copy16_async_zfill(&raw_k[u], k, valid);
+      } else {
+        raw_q[u] = valid ? detail::load16_elementwise(p.q, t, h, d) : make_uint4(0, 0, 0, 0);
+        raw_k[u] = valid ? detail::load16_elementwise(p.k, t, h, d) : make_uint4(0, 0, 0, 0);
+      }
+      const int64_t off = detail::element_offset(in->g, t, h, d);
+      if (in->g_vector && !g16) {
+        const float* src = static_cast<const float*>(in->g.data) + off;
+        detail::copy16_async_zfill(&raw_g[u], src, valid);
+        detail::copy16_async_zfill(&raw_g[kQkUnits + u], src + 4, valid);
+      } else if (g16) {
+        detail::copy16_async_zfill(&raw_g[u], static_cast<const uint16_t*>(in->g.data) + off, valid);
+      } else {
+        float graw[8] = {};
+        if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
+        raw_g[u] = make_float4(graw[0], graw[1], graw[2], graw[3]);
+        raw_g[kQkUnits + u] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+      }
+    }
+  };
+  // The thread's copies of this slice as SliceRegs, for store_slice (the same values load_slice would give).
+  auto landed_slice = [&](int d0, SliceRegs& r) {
+    detail::copy16_async_wait();
+#pragma unroll
+    for (int x = 0; x < kQkPerThread; ++x) {
+      if (warp_past_chunk(d0, x, 2)) continue;
+      const int u = threadIdx.x + x * kThreads;
+      if (u >= kQkUnits) continue;
+      r.q[x] = raw_q[u];
+      r.k[x] = raw_k[u];
+      if (g16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(&raw_g[u]);
+        const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
+        float graw[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c)  // as load_scalar8
+          graw[c] = in->g_type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c])
+                                                         : numeric::fp16_to_float(bits[c]);
+        r.g[2 * x] = make_float4(graw[0], graw[1], graw[2], graw[3]);
+        r.g[2 * x + 1] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+      } else {
+        r.g[2 * x] = raw_g[u];
+        r.g[2 * x + 1] = raw_g[kQkUnits + u];
+      }
+    }
+  };
   auto store_slice = [&](const SliceRegs& r, int d0) {
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
@@ -430,14 +506,25 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     }
   };
   SliceRegs next;
-  load_slice(0, next);
+  if constexpr (kRawInShared) {
+    issue_slice(0);
+  } else {
+    load_slice(0, next);
+  }
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
     // The previous slice's readers of the staged rows (outputs, factors, exact pairs) all ran before its "factors are
     // written" barrier, and its products read only the factor tiles, which this slice writes after the barrier below.
     // So only the first slice waits here: for the row norms, biases and betas written before the loop.
     if (d0 == 0) __syncthreads();
-    store_slice(next, d0);
-    if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
+    if constexpr (kRawInShared) {
+      SliceRegs here;
+      landed_slice(d0, here);
+      store_slice(here, d0);
+      if (d0 + kSlice < p.head_dim) issue_slice(d0 + kSlice);
+    } else {
+      store_slice(next, d0);
+      if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
+    }
     __syncthreads();
     if constexpr (kFromInputs) {
       form_gate_sum(d0);
