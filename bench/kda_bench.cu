@@ -119,15 +119,17 @@ bool setup_failed(benchmark::State& state, const Status& s) {
   return true;
 }
 
-void bm_e2e(benchmark::State& state, const BatchSpec* batch, MetadataMode mode, GateVariant gate) {
+// chunk_kda_fwd end to end: e2e/ at the batches' own shape, shape/ (builder tables, softplus gate) at another I/O
+// type or head dims.
+void bm_e2e(benchmark::State& state, const BatchSpec* batch, MetadataMode mode, GateVariant gate, HeadShape head) {
   hipStream_t stream = nullptr;
   CachedProblem* c = nullptr;
   if (setup_failed(state, bench_stream(&stream))) return;
-  if (setup_failed(state, get_problem(*batch, mode, gate, stream, &c))) return;
+  if (setup_failed(state, get_problem(*batch, mode, gate, stream, &c, head))) return;
   const BenchProblem& p = *c->problem;
   Measurement m;
   if (!time_calls(state, stream, [&](hipStream_t s) { return p.run(s); }, &m)) return;
-  const WorkShape shape = shape_of(*batch);
+  const WorkShape shape = shape_of(*batch, head);
   set_counters(state, m, count_flops(shape).total(), e2e_bytes(shape), *batch);
   // The workspace chunk_kda_fwd asks for, and its ratio to issue 5's target: 1.5x the bytes of q, k, v (I/O dtype)
   // and an fp32 g.
@@ -148,20 +150,6 @@ void bm_stage(benchmark::State& state, const BatchSpec* batch, StageKind stage, 
   if (!time_calls(state, stream, [&](hipStream_t s) { return runner.run(stage, s); }, &m)) return;
   const WorkShape shape = shape_of(*batch);
   set_counters(state, m, stage_flops(shape, stage), stage_bytes(shape, stage), *batch);
-}
-
-// chunk_kda_fwd at another I/O type or head dims (builder tables, softplus gate). The counters as e2e/'s; the
-// batch's own shape (bf16_k128_v128) is registered too, so that every shape has its baseline in the same run.
-void bm_shape(benchmark::State& state, const BatchSpec* batch, HeadShape head) {
-  hipStream_t stream = nullptr;
-  CachedProblem* c = nullptr;
-  if (setup_failed(state, bench_stream(&stream))) return;
-  if (setup_failed(state, get_problem(*batch, MetadataMode::kBuilder, GateVariant::kSoftplus, stream, &c, head))) return;
-  const BenchProblem& p = *c->problem;
-  Measurement m;
-  if (!time_calls(state, stream, [&](hipStream_t s) { return p.run(s); }, &m)) return;
-  const WorkShape shape = shape_of(*batch, head);
-  set_counters(state, m, count_flops(shape).total(), e2e_bytes(shape), *batch);
 }
 
 // The builder's per-step cost in an engine: build both tables from host cu_seqlens into pinned memory and enqueue
@@ -198,7 +186,7 @@ void register_kda_benchmarks() {
       for (GateVariant gate : {GateVariant::kSoftplus, GateVariant::kLowerBound}) {
         std::string name = "e2e/" + batch.name + "/" + mode_name(mode);
         if (gate == GateVariant::kLowerBound) name += "/gate_lb";
-        finish(benchmark::RegisterBenchmark(name.c_str(), bm_e2e, &batch, mode, gate));
+        finish(benchmark::RegisterBenchmark(name.c_str(), bm_e2e, &batch, mode, gate, HeadShape()));
       }
     }
   }
@@ -214,7 +202,8 @@ void register_kda_benchmarks() {
     finish(benchmark::RegisterBenchmark(("metadata/upload/" + batch.name).c_str(), bm_metadata_upload, &batch));
   }
   // Each fused prepare kernel (long, with the short path, short only) and state kernel form at the other shapes:
-  // one long sequence, decodes beside prefills, speculative decodes.
+  // one long sequence, decodes beside prefills, speculative decodes. The batch's own shape (bf16_k128_v128) is
+  // registered too, so that every shape has its baseline in the same run.
   const HeadShape shapes[] = {{DType::kBF16, 128, 128}, {DType::kFP16, 128, 128}, {DType::kBF16, 128, 64},
                               {DType::kBF16, 64, 128},  {DType::kFP16, 64, 128},  {DType::kBF16, 64, 64},
                               {DType::kFP16, 64, 64}};
@@ -222,7 +211,8 @@ void register_kda_benchmarks() {
     if (batch.name != "single8k" && batch.name != "mixed64" && batch.name != "spec256x8") continue;
     for (const HeadShape& head : shapes) {
       const std::string name = "shape/" + batch.name + "/" + shape_name(head);
-      finish(benchmark::RegisterBenchmark(name.c_str(), bm_shape, &batch, head));
+      finish(benchmark::RegisterBenchmark(name.c_str(), bm_e2e, &batch, MetadataMode::kBuilder,
+                                          GateVariant::kSoftplus, head));
     }
   }
 }

@@ -367,13 +367,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       r.q[x] = raw_q[u];
       r.k[x] = raw_k[u];
       if (g16) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(&raw_g[u]);
-        const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
         float graw[8];
-#pragma unroll
-        for (int c = 0; c < 8; ++c)  // as load_scalar8
-          graw[c] = in->g_type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c])
-                                                         : numeric::fp16_to_float(bits[c]);
+        detail::widen16x8(*reinterpret_cast<const uint4*>(&raw_g[u]), in->g_type, graw);  // as load_scalar8
         r.g[2 * x] = make_float4(graw[0], graw[1], graw[2], graw[3]);
         r.g[2 * x + 1] = make_float4(graw[4], graw[5], graw[6], graw[7]);
       } else {

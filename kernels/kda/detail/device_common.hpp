@@ -205,6 +205,14 @@ __device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int 
   return vector ? load16(view, t, h, d) : load16_elementwise(view, t, h, d);
 }
 
+// The eight 16-bit values of `raw` (bf16 when type is kBFloat16, else fp16) as floats.
+__device__ inline void widen16x8(uint4 raw, ScalarType type, float out[8]) {
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+    out[c] = type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c]) : numeric::fp16_to_float(bits[c]);
+}
+
 // Elements (t, h, d .. d+7) of a view whose element type is known only at run time, as floats: 16-byte loads when
 // `vector` (scalar_vector_aligned on the host, d a multiple of 8), else per element.
 __device__ inline void load_scalar8(TensorView view, ScalarType type, bool vector, int64_t t, int h, int d,
@@ -213,11 +221,7 @@ __device__ inline void load_scalar8(TensorView view, ScalarType type, bool vecto
   if (vector && type == ScalarType::kFloat32) {
     load8(static_cast<const float*>(view.data) + off, out);
   } else if (vector) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(view.data) + off);
-    const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-    for (int c = 0; c < 8; ++c)
-      out[c] = type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c]) : numeric::fp16_to_float(bits[c]);
+    widen16x8(*reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(view.data) + off), type, out);
   } else {  // returned by value: an array passed out of line would have to live in local memory
     const Floats8 x = load_scalar8_elementwise(view, type, t, h, d);
     out[0] = x.lo.x, out[1] = x.lo.y, out[2] = x.lo.z, out[3] = x.lo.w;
