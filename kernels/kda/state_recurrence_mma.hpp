@@ -20,7 +20,8 @@
 // second buffer, and o's first product qg round(S) is formed in step 2 beside v_new's on the same round(S) tiles;
 // with 64 (many blocks, two per SM) one buffer, copied during the chunk's own steps 1-2.
 // OutWarps > 0 (NVIDIA, 32 columns): the output's work leaves the chain. OutWarps more warps (the output warps) own
-// the qg / Aqk copies and o; round(S) and v_new get a second buffer, and per chunk c the Warps chain warps hand
+// the qg / Aqk copies and o; round(S) and v_new get a second buffer, and so do w and kg, whose next chunk flies there
+// by asynchronous copies instead of through registers (kAsyncStage); per chunk c the Warps chain warps hand
 // buffer c % 2 over with a named barrier (kStateReadyBarrier) after step 2 and go on with chunk c + 1, while the
 // output warps form o of chunk c from it and hand it back (kStateFreeBarrier) for chunk c + 2. On one long sequence
 // the chain's step is the cost and leaves most issue slots idle, so o costs little there; the products and their
@@ -57,9 +58,13 @@ constexpr int kStateFoldBufferElems = BT * (K + 8) + 2 * BT * (BT + 8);  // qg, 
 // writes chunk c + 1's.
 template <int OutWarps>
 constexpr int kStateChainBuffers = OutWarps > 0 ? 2 : 1;
+// With output warps (NVIDIA), w and kg also have two buffers: the next chunk's fly there by asynchronous copies
+// (cp.async) during this chunk's steps instead of in registers, as the fused prepare's raw slices do (v62).
+template <int OutWarps>
+constexpr int kStateStageBuffers = OutWarps > 0 ? 2 : 1;
 template <int BT, int K, int TileV, bool kFoldOutput = false, int OutWarps = 0>
 constexpr size_t state_mma_shared_bytes() {
-  return 2 * sizeof(uint16_t) * BT * (K + 8)          // w, kg
+  return kStateStageBuffers<OutWarps> * 2 * sizeof(uint16_t) * BT * (K + 8)  // w, kg
          + kStateChainBuffers<OutWarps> * sizeof(uint16_t) * (K + BT) * (TileV + 8)  // round(S); u, then v_new
          + sizeof(float) * K                          // decay over the chunk
          + (kFoldOutput ? sizeof(uint16_t) * kStateFoldBuffers<TileV> * kStateFoldBufferElems<BT, K> : 0);
@@ -119,12 +124,16 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   static_assert(TileV % 16 == 0 && m::fragment_stride_ok(kLd) && m::fragment_stride_ok(kLdV),
                 "fragment rows must be 16-byte aligned");
   extern __shared__ __align__(16) unsigned char state_smem[];
-  uint16_t* w_s = reinterpret_cast<uint16_t*>(state_smem);
+  // w and kg of the current chunk: buffer b of kStageBuffers at stage_s + b * kStageElems (w, then kg).
+  constexpr int kStageElems = 2 * BT * kLd, kStageBuffers = kStateStageBuffers<OutWarps>;
+  constexpr bool kAsyncStage = kStageBuffers == 2;  // w, kg of the next chunk by cp.async, not in registers
+  uint16_t* const stage_s = reinterpret_cast<uint16_t*>(state_smem);
+  uint16_t* w_s = stage_s;
   uint16_t* kg_s = w_s + BT * kLd;
   // round(S), B operand of w round(S), and the u tile, each element of which is replaced by v_new by the lane that
   // reads it: buffer b at chain_s + b * kChainElems; state_s and uv_s point at the current chunk's.
   constexpr int kChainElems = (K + BT) * kLdV, kChainBuffers = kStateChainBuffers<OutWarps>;
-  uint16_t* chain_s = kg_s + BT * kLd;
+  uint16_t* chain_s = stage_s + kStageBuffers * kStageElems;
   uint16_t* state_s = chain_s;
   uint16_t* uv_s = chain_s + K * kLdV;
   float* decay_s = reinterpret_cast<float*>(chain_s + kChainBuffers * kChainElems);  // exp2(G) of the last row
@@ -290,30 +299,47 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
                 num_chunks = seq.num_chunks;
 
   // Operands of one chunk held in registers: the next chunk's loads are issued before the current chunk's products,
-  // so the serial chain does not wait on memory latency. Rows past the chunk load as zeros and add nothing.
+  // so the serial chain does not wait on memory latency. Rows past the chunk load as zeros and add nothing. With
+  // kAsyncStage, w and kg instead fly by asynchronous copies into the other stage buffer (zero-filled past the
+  // chunk), and only u and G_last pass through registers.
   constexpr int kRowVecs = K / 8;                                      // 16-byte vectors per row of w / kg
   constexpr int kWVecs = (BT * kRowVecs + kThreads - 1) / kThreads;    // per thread
+  constexpr int kWRegs = kAsyncStage ? 0 : kWVecs;
   constexpr int kURowVecs = TileV / 8;                                 // 16-byte vectors per row of the u tile
   constexpr int kUVecs = (BT * kURowVecs + kThreads - 1) / kThreads;
   constexpr int kGLast = (K + kThreads - 1) / kThreads;
   struct ChunkRegs {
-    uint4 w[kWVecs], kg[kWVecs], u[kUVecs];
+    uint4 w[kWRegs > 0 ? kWRegs : 1], kg[kWRegs > 0 ? kWRegs : 1], u[kUVecs];
     float glast[kGLast];
   };
-  auto load_chunk = [&](int64_t chunk_start, int length, int64_t gid, ChunkRegs& r) {
+  // stage_buffer: where kAsyncStage's copies of w and kg go (unused otherwise).
+  auto load_chunk = [&](int64_t chunk_start, int length, int64_t gid, ChunkRegs& r, uint16_t* stage_buffer) {
     const uint4 zero = make_uint4(0, 0, 0, 0);
     // Thread t reads rows t / kRowVecs + x * kRowsPerPass at column (t % kRowVecs) * 8: one 64-bit base offset and a
     // fixed stride instead of a full index computation per vector.
     static_assert(kThreads % kRowVecs == 0, "whole rows per pass");
+    static_assert(!kAsyncStage || (BT * kRowVecs) % kThreads == 0, "no copy lands past the chunk's BT rows");
     constexpr int kRowsPerPass = kThreads / kRowVecs;
     const int row0 = threadIdx.x / kRowVecs;
     const int64_t base = row_offset(chunk_start + row0, K) + (threadIdx.x % kRowVecs) * 8;
     const int64_t stride = int64_t(kRowsPerPass) * p.num_heads * K;
+    if constexpr (kAsyncStage) {
+      uint16_t* w_dst = stage_buffer + row0 * kLd + (threadIdx.x % kRowVecs) * 8;
 #pragma unroll
-    for (int x = 0; x < kWVecs; ++x) {
-      const bool valid = row0 + x * kRowsPerPass < length;
-      r.w[x] = valid ? *reinterpret_cast<const uint4*>(w + base + x * stride) : zero;
-      r.kg[x] = valid ? *reinterpret_cast<const uint4*>(kg + base + x * stride) : zero;
+      for (int x = 0; x < kWVecs; ++x) {
+        const bool valid = row0 + x * kRowsPerPass < length;
+        const int64_t at = valid ? base + x * stride : 0;  // not read when !valid, but a real address
+        detail::copy16_async_zfill(w_dst + x * kRowsPerPass * kLd, w + at, valid);
+        detail::copy16_async_zfill(w_dst + BT * kLd + x * kRowsPerPass * kLd, kg + at, valid);
+      }
+      detail::copy16_async_commit();
+    } else {
+#pragma unroll
+      for (int x = 0; x < kWVecs; ++x) {
+        const bool valid = row0 + x * kRowsPerPass < length;
+        r.w[x] = valid ? *reinterpret_cast<const uint4*>(w + base + x * stride) : zero;
+        r.kg[x] = valid ? *reinterpret_cast<const uint4*>(kg + base + x * stride) : zero;
+      }
     }
 #pragma unroll
     for (int x = 0; x < kUVecs; ++x) {
@@ -335,7 +361,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   };
   auto store_chunk = [&](const ChunkRegs& r) {
 #pragma unroll
-    for (int x = 0; x < kWVecs; ++x) {
+    for (int x = 0; x < kWRegs; ++x) {
       const int e = threadIdx.x + x * kThreads;
       if (e >= BT * kRowVecs) continue;
       const int i = e / kRowVecs, d = (e % kRowVecs) * 8;
@@ -496,7 +522,7 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   }
 
   ChunkRegs next;
-  if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next);
+  if (num_chunks > 0) load_chunk(bos, chunk_length(0), first_chunk, next, stage_s);
   if constexpr (kFoldOutput && kFoldBuffers == 2 && OutWarps == 0) {
     if (num_chunks > 0) issue_fold_loads(bos, chunk_length(0), 0, threadIdx.x, ChainThreads{});
   }
@@ -533,7 +559,22 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
       }
     }
     store_chunk(next);
-    if (c + 1 < num_chunks) load_chunk(start + BT, chunk_length(c + 1), gid + 1, next);
+    if constexpr (kAsyncStage) {
+      // The other buffer was last read in chunk c - 1, which every chain warp finished before the barrier above.
+      // Then wait for this chunk's copies (issued a chunk ago): all groups but the newest (the empty one past the
+      // last chunk included); the barrier below publishes them.
+      uint16_t* next_buffer = stage_s + int((c + 1) % 2) * kStageElems;
+      if (c + 1 < num_chunks) {
+        load_chunk(start + BT, chunk_length(c + 1), gid + 1, next, next_buffer);
+      } else {
+        detail::copy16_async_commit();
+      }
+      detail::copy16_async_wait_prior();
+      w_s = stage_s + int(c % 2) * kStageElems;
+      kg_s = w_s + BT * kLd;
+    } else if (c + 1 < num_chunks) {
+      load_chunk(start + BT, chunk_length(c + 1), gid + 1, next, nullptr);
+    }
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       const uint32_t pair = numeric::pack2<E>(s0, s1);  // round(s0) in the low half
       if constexpr (m::kAccPairsInRows) {
