@@ -67,10 +67,14 @@ constexpr int kPrepareInputsMinBlocks = 4;
 // form, and the output stage's qg) bit for bit. Requirements (the launcher checks): K and V in {64, 128}; w, u, kg,
 // qg vector_aligned; q, k, g, v any views. kShortChunks (chunk size 64): chunks of at most kShortChunkRows rows take
 // the short path from the raw inputs (chunk_prepare_inputs_short_block), with the same bits.
+// v_pre_s (long path, NVIDIA): BT x V 16-bit values of shared memory where the chunk's v rows go by asynchronous
+// copies when the block starts, so that the w/u part finds them there instead of waiting on their loads at its end;
+// null: the w/u part loads them.
 template <typename E, int BT, int K, int V, bool kShortChunks>
 __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParams& ip, const RecomputeWuParams& wp,
                                                            const PrepareInputsParams& in, bool v_vector,
-                                                           unsigned char* smem, float* beta_s, float* inputs_s) {
+                                                           unsigned char* smem, float* beta_s, float* inputs_s,
+                                                           uint16_t* v_pre_s = nullptr) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
   static_assert(!kShortChunks || BT == 64, "the short path is built for chunks of 64");
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
@@ -88,6 +92,20 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
     detail::allow_dependent_launch();
     return;
   }
+  // The v rows first: they have the whole intra part to land (the slice loop's first wait for its own copies waits
+  // for these too, and its barriers publish them). Rows past the chunk are zero-filled.
+  const uint16_t* v_pre = v_vector ? v_pre_s : nullptr;
+  static_assert((BT * (V / 8)) % kThreads == 0, "whole v rows per thread");
+  if (v_pre != nullptr) {
+#pragma unroll
+    for (int x = 0; x < BT * (V / 8) / kThreads; ++x) {
+      const int u = threadIdx.x + x * kThreads, j = u / (V / 8), d = (u % (V / 8)) * 8;
+      const bool valid = j < chunk.length;
+      const uint16_t* src = static_cast<const uint16_t*>(wp.v.data) +
+                            detail::element_offset(wp.v, chunk.start + (valid ? j : 0), h, d);
+      detail::copy16_async_zfill(&v_pre_s[j * V + d], src, valid);
+    }
+  }
   for (int d = threadIdx.x; d < K; d += kThreads)
     inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
   if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
@@ -103,7 +121,7 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   };
   recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/true>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, inputs_s + 2 * BT, tinv_row4,
-      v_vector);
+      v_vector, v_pre);
   detail::allow_dependent_launch();  // at the end of the block's work (see above)
 }
 
@@ -115,7 +133,21 @@ struct PrepareInputsBlockShared {
   static constexpr size_t kBytes = kIntra > kWu ? kIntra : kWu;
 };
 
-// chunk_kda_fwd's first launch for batches whose sequences average at least four chunks: the long path only.
+// chunk_kda_fwd's first launch for batches whose sequences average at least four chunks: the long path only. On
+// NVIDIA it takes prepare_inputs_v_bytes<BT, V>() of dynamic shared memory for the chunk's v rows (v_pre_s above):
+// ~56 KB per block in all, still four blocks per multiprocessor.
+template <int BT, int V>
+constexpr size_t prepare_inputs_v_bytes() {
+#if defined(KDA_PLATFORM_CUDA)
+  return sizeof(uint16_t) * BT * V;
+#else
+  return 0;  // no asynchronous copy: the w/u part loads v
+#endif
+}
+template <int BT, int K, int V>
+constexpr size_t prepare_inputs_static_bytes() {
+  return PrepareInputsBlockShared<BT, K, V>::kBytes + sizeof(float) * (BT + PrepareInputsShared<BT, K>::kFloats);
+}
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinBlocks)
     chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
@@ -123,7 +155,14 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinB
   __shared__ __align__(16) unsigned char smem[PrepareInputsBlockShared<BT, K, V>::kBytes];
   __shared__ float beta_s[BT];
   __shared__ __align__(16) float inputs_s[PrepareInputsShared<BT, K>::kFloats];  // see intra_chunk_mma_block
-  chunk_prepare_inputs_block<E, BT, K, V, /*kShortChunks=*/false>(ip, wp, in, v_vector, smem, beta_s, inputs_s);
+#if defined(KDA_PLATFORM_CUDA)
+  extern __shared__ __align__(16) uint16_t prepare_v_s[];  // prepare_inputs_v_bytes<BT, V>()
+  uint16_t* v_pre_s = prepare_v_s;
+#else
+  uint16_t* v_pre_s = nullptr;
+#endif
+  chunk_prepare_inputs_block<E, BT, K, V, /*kShortChunks=*/false>(ip, wp, in, v_vector, smem, beta_s, inputs_s,
+                                                                   v_pre_s);
 }
 
 // chunk_kda_fwd's first launch for batches of short sequences (chunk size 64): with the short path for chunks of at

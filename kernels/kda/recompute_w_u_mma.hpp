@@ -50,11 +50,13 @@ constexpr size_t recompute_w_u_mma_shared_bytes() {
 // p.w instead of k and G (then overwrites it with w), and neither p.G nor glast_s is used.
 // kPairRowTiles (BT = 64): each warp takes two row tiles over half the columns (see the products below); false: one
 // row tile over all columns, for a caller whose register allocation the paired form upsets. The bits are the same.
+// v_pre (not with kStageV): the chunk's v rows already in shared memory, V 16-bit values per row, zeros past the
+// chunk, visible to the block (the fused prepare copies them when its block starts); null: pass 1 loads them.
 template <typename E, int BT, int K, int V, bool kStageV, bool kTinvShared, int kGroupMax, bool kRhsInW = false,
           bool kPairRowTiles = true, typename TinvRow4>
 __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const detail::ChunkCoords& chunk, int h,
                                                uint16_t* smem, float* beta_s, bool beta_ready, float* glast_s,
-                                               TinvRow4 tinv_row4, bool v_vector) {
+                                               TinvRow4 tinv_row4, bool v_vector, const uint16_t* v_pre = nullptr) {
   namespace m = detail::mma;
   using L = WuMmaLayout<BT, K, V, kStageV>;
   constexpr int kThreads = kWuMmaWarps * kWarpSize;
@@ -149,6 +151,8 @@ __device__ inline void recompute_w_u_mma_block(const RecomputeWuParams& p, const
           detail::load8(&p.G[row_of(j) * K + d], g_in[x]);
         } else if (valid && kStageV) {
           detail::unpack8<E>(*reinterpret_cast<const uint4*>(&v_s[j * kLdV + d]), x_in[x]);
+        } else if (valid && v_pre != nullptr) {
+          detail::unpack8<E>(*reinterpret_cast<const uint4*>(&v_pre[j * V + d]), x_in[x]);
         } else if (valid && v_vector) {
           detail::load8<E>(p.v, chunk.start + j, h, d, x_in[x]);
         } else if (valid) {

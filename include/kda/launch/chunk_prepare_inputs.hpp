@@ -120,7 +120,8 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   in.G_last = a.G_last;
   const bool v_vector = vector_aligned(a.v);
   const bool short_path = prepare_inputs_short_path_used(a);
-  return dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
+  Status opt_in;  // the long-only kernel's dynamic shared memory (v rows), where it needs the opt-in
+  const Status launched = dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
     using E = decltype(e);
     constexpr int BT = decltype(bt)::value, K = decltype(k)::value, V = decltype(v)::value;
     constexpr int kThreads = kernels::kIntraMmaWarps * kWarpSize;
@@ -138,8 +139,14 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
         return;
       }
     }
-    kernels::chunk_prepare_inputs_mma_kernel<E, BT, K, V><<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);
+    constexpr auto kKernel = kernels::chunk_prepare_inputs_mma_kernel<E, BT, K, V>;
+    constexpr size_t kVBytes = kernels::prepare_inputs_v_bytes<BT, V>();
+    opt_in = allow_dynamic_shared<kKernel>(kVBytes, kernels::prepare_inputs_static_bytes<BT, K, V>());
+    if (!opt_in.is_ok()) return;
+    kKernel<<<grid, kThreads, kVBytes, stream>>>(ip, wp, in, v_vector);
   });
+  KDA_RETURN_IF_ERROR(opt_in);
+  return launched;
 }
 
 }  // namespace detail

@@ -143,9 +143,9 @@ inline dim3 prepare_grid(int64_t grid_chunks, int num_heads) {
 // capture may make it (flash-attention does the same on every call). AMD gives a block its whole LDS (64 KiB on CDNA)
 // without one.
 template <auto kKernel>
-inline Status allow_dynamic_shared(size_t bytes) {
+inline Status allow_dynamic_shared(size_t bytes, size_t static_bytes = 0) {
 #if defined(KDA_PLATFORM_CUDA)
-  if (bytes <= 48 * 1024) return Status();
+  if (bytes + static_bytes <= 48 * 1024) return Status();
   static std::atomic<uint64_t> opted_in{0};  // bit d: done on device d (devices past 63 opt in every time)
   int device = 0;
   KDA_RETURN_IF_RUNTIME_ERROR(hipGetDevice(&device));
