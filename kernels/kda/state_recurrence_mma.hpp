@@ -74,8 +74,9 @@ constexpr size_t state_mma_shared_bytes() {
 // thousands of these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the
 // H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
 // blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
-// two chunks' qg and Aqk in shared memory (~122 KB): one block per SM, which may then use every register (with
-// output warps, 16 warps share them: 128 registers each).
+// two chunks' qg and Aqk in shared memory (~122 KB at K = V = 128; ~173 KB with output warps, whose round(S), v_new, w
+// and kg have two buffers each): one block per SM, which may then use every register (with output warps, 16 warps
+// share them: 128 registers each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
