@@ -112,8 +112,10 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
   // The exact diagonal pairs in slots of their own where that costs no spills: at this kernel's 128 registers without
   // the short path (kShortChunks false) ptxas then spills in the slice loop and the kernel measured 4 % slower
-  // (docs/performance.md, v53), so there they stay in the general slots.
-  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true, /*kDiagonalSlots=*/kShortChunks>(
+  // (docs/performance.md, v53), so there they stay in the general slots. The gate sum from the raw gates
+  // (kGateSumFromRaw) only without the short path, where it measured faster (v65).
+  intra_chunk_mma_block<E, BT, /*kFromInputs=*/true, /*kDiagonalSlots=*/kShortChunks,
+                        /*kGateSumFromRaw=*/!kShortChunks>(
       ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s, wp.w, wp.kg);
   const float* t_s = reinterpret_cast<const float*>(smem) + IntraL::kTinvOffsetFloats;
   auto tinv_row4 = [&](int i, int j) {

@@ -166,8 +166,9 @@ __device__ inline float4 mask_columns(float4 v, int j, int length, float scale) 
 // round(beta k exp2 G) (to w_out, where the w/u part reads it back) and of in->G_last. inputs_s: inverse norms of
 // the q rows [BT] and k rows [BT] (filled by qk_row_inv_norms when in->qk_l2norm), then G of the last row [K]
 // (written here), dt_bias [K] (filled by the caller, zeros without one) and the gate sum's segment totals
-// [BT / kGateSumSegment x 16] (PrepareInputsShared<BT, K>::kFloats in all).
-template <typename E, int BT, bool kFromInputs = false, bool kDiagonalSlots = true>
+// [BT / kGateSumSegment x 16] (PrepareInputsShared<BT, K>::kFloats in all). kGateSumFromRaw (NVIDIA, kFromInputs):
+// the gate sum's threads activate the raw gates themselves (kRawGateSum below).
+template <typename E, int BT, bool kFromInputs = false, bool kDiagonalSlots = true, bool kGateSumFromRaw = false>
 __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const detail::ChunkCoords& chunk, int h,
                                              unsigned char* smem, float* beta_s, bool invert,
                                              const PrepareInputsParams* in = nullptr, float* inputs_s = nullptr,
@@ -312,18 +313,25 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   };
   // NVIDIA, kFromInputs: the next slice's raw q, k and g travel to shared memory by asynchronous copies (cp.async)
   // instead of registers, so that no registers hold them across the slice's work (smem holds
-  // IntraMmaLayout::kFusedWorkBytes). Each thread copies and later stages the same units, so its own wait suffices;
-  // views that are not 16-byte aligned take per-element loads that the same thread stores there. raw_g: two planes
-  // of float4 (channels 0-3 and 4-7 of each unit), or in the first the 16 bytes of a 16-bit gate.
+  // IntraMmaLayout::kFusedWorkBytes). Views that are not 16-byte aligned take per-element loads stored there. Each
+  // thread stages its own q, k units. raw_g without kRawGateSum: two planes of float4 (channels 0-3 and 4-7 of each
+  // unit), or in the first the 16 bytes of a 16-bit gate, each read back by the thread that copied it, so its own
+  // wait suffices. With kRawGateSum (the long-only fused prepare): 16 channels per row, fp32 or the raw 16-bit values,
+  // rows in detail::raw_gate_row_start's order; the gates are read across threads (by the gate sum's (segment,
+  // channel) threads), so every thread waits for its copies before the slice's last barrier and the next slice's
+  // copies are issued after its first.
 #if defined(KDA_PLATFORM_CUDA)
   constexpr bool kRawInShared = kFromInputs;
 #else
   constexpr bool kRawInShared = false;  // no asynchronous copy: the registers keep the loads in flight
 #endif
+  constexpr bool kRawGateSum = kRawInShared && kGateSumFromRaw;
   uint4* raw_q = reinterpret_cast<uint4*>(smem + L::kSliceBytes);
   uint4* raw_k = raw_q + kQkUnits;
   float4* raw_g = reinterpret_cast<float4*>(raw_k + kQkUnits);
   const bool g16 = kFromInputs && in->g_vector && in->g_type != ScalarType::kFloat32;
+  float* raw_gf = reinterpret_cast<float*>(raw_g);
+  uint16_t* raw_g16 = reinterpret_cast<uint16_t*>(raw_g);
   auto issue_slice = [&](int d0) {
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
@@ -342,23 +350,40 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         raw_k[u] = valid ? detail::load16_elementwise(p.k, t, h, d) : make_uint4(0, 0, 0, 0);
       }
       const int64_t off = detail::element_offset(in->g, t, h, d);
-      if (in->g_vector && !g16) {
-        const float* src = static_cast<const float*>(in->g.data) + off;
-        detail::copy16_async_zfill(&raw_g[u], src, valid);
-        detail::copy16_async_zfill(&raw_g[kQkUnits + u], src + 4, valid);
-      } else if (g16) {
-        detail::copy16_async_zfill(&raw_g[u], static_cast<const uint16_t*>(in->g.data) + off, valid);
-      } else {
-        float graw[8] = {};
-        if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
-        raw_g[u] = make_float4(graw[0], graw[1], graw[2], graw[3]);
-        raw_g[kQkUnits + u] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+      if constexpr (!kRawGateSum) {  // two planes of float4 (channels 0-3 and 4-7), or the 16 bytes of a 16-bit gate
+        if (in->g_vector && !g16) {
+          const float* src = static_cast<const float*>(in->g.data) + off;
+          detail::copy16_async_zfill(&raw_g[u], src, valid);
+          detail::copy16_async_zfill(&raw_g[kQkUnits + u], src + 4, valid);
+        } else if (g16) {
+          detail::copy16_async_zfill(&raw_g[u], static_cast<const uint16_t*>(in->g.data) + off, valid);
+        } else {
+          float graw[8] = {};
+          if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
+          raw_g[u] = make_float4(graw[0], graw[1], graw[2], graw[3]);
+          raw_g[kQkUnits + u] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+        }
+      } else {  // whole 16-channel rows in raw_gate_row_start's order
+        const int at = detail::raw_gate_row_start(i) + (u % 2) * 8;
+        if (in->g_vector && !g16) {
+          const float* src = static_cast<const float*>(in->g.data) + off;
+          detail::copy16_async_zfill(&raw_gf[at], src, valid);
+          detail::copy16_async_zfill(&raw_gf[at + 4], src + 4, valid);
+        } else if (g16) {
+          detail::copy16_async_zfill(&raw_g16[at], static_cast<const uint16_t*>(in->g.data) + off, valid);
+        } else {
+          float graw[8] = {};
+          if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
+          *reinterpret_cast<float4*>(&raw_gf[at]) = make_float4(graw[0], graw[1], graw[2], graw[3]);
+          *reinterpret_cast<float4*>(&raw_gf[at + 4]) = make_float4(graw[4], graw[5], graw[6], graw[7]);
+        }
       }
     }
   };
-  // The thread's copies of this slice as SliceRegs, for store_slice (the same values load_slice would give).
+  // The thread's q, k copies of this slice as SliceRegs, for store_slice (the same values load_slice would give; the
+  // copies have landed: waited for before the last barrier). The gates stay in raw_g for gate_local_sums.
   auto landed_slice = [&](int d0, SliceRegs& r) {
-    detail::copy16_async_wait();
+    if constexpr (!kRawGateSum) detail::copy16_async_wait();  // the thread's own copies suffice here
 #pragma unroll
     for (int x = 0; x < kQkPerThread; ++x) {
       if (warp_past_chunk(d0, x, 2)) continue;
@@ -366,14 +391,16 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if (u >= kQkUnits) continue;
       r.q[x] = raw_q[u];
       r.k[x] = raw_k[u];
-      if (g16) {
-        float graw[8];
-        detail::widen16x8(*reinterpret_cast<const uint4*>(&raw_g[u]), in->g_type, graw);  // as load_scalar8
-        r.g[2 * x] = make_float4(graw[0], graw[1], graw[2], graw[3]);
-        r.g[2 * x + 1] = make_float4(graw[4], graw[5], graw[6], graw[7]);
-      } else {
-        r.g[2 * x] = raw_g[u];
-        r.g[2 * x + 1] = raw_g[kQkUnits + u];
+      if constexpr (!kRawGateSum) {
+        if (g16) {
+          float graw[8];
+          detail::widen16x8(*reinterpret_cast<const uint4*>(&raw_g[u]), in->g_type, graw);  // as load_scalar8
+          r.g[2 * x] = make_float4(graw[0], graw[1], graw[2], graw[3]);
+          r.g[2 * x + 1] = make_float4(graw[4], graw[5], graw[6], graw[7]);
+        } else {
+          r.g[2 * x] = raw_g[u];
+          r.g[2 * x + 1] = raw_g[kQkUnits + u];
+        }
       }
     }
   };
@@ -399,7 +426,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         *reinterpret_cast<float4*>(&q_s[S::at(i, d + c)]) = make_float4(qv[c], qv[c + 1], qv[c + 2], qv[c + 3]);
         *reinterpret_cast<float4*>(&k_s[S::at(i, d + c)]) = make_float4(kv[c], kv[c + 1], kv[c + 2], kv[c + 3]);
       }
-      if constexpr (kFromInputs) {
+      if constexpr (kFromInputs && !kRawGateSum) {
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here. Formed four
         // channels at a time after q and k are stored, so that few values are live at once: formed beside them, eight
         // at a time, it made ptxas spill the slice loop's accumulators at 128 registers (36 / 48 bytes, reloaded in
@@ -427,30 +454,85 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       }
     }
   };
-  // kFromInputs, once the slice's activated gates are in g_s: G = RCP_LN2 * (chunk-local running sum) in place, in
-  // detail::kGateSumSegment's order (the gate stage's, so the bits agree), and G of the last row kept in glast_s and
-  // written to in->G_last. Thread (seg, c) sums segment seg of channel c; two barriers: the segment totals, then G
-  // (the running sums are formed again rather than held: registers are the bound here). Rows past the chunk hold
-  // zeros and feed no row inside it. Then, in the same phase as the factors, this slice of qg, kg and w's right-hand
-  // side leaves in 16-byte row segments (write_slice_outputs).
+  // kFromInputs: G = RCP_LN2 * (chunk-local running sum of the activated gates), in detail::kGateSumSegment's order
+  // (the gate stage's, so the bits agree), into g_s, and G of the last row kept in glast_s (written to in->G_last
+  // after the slice loop). Thread (seg, c) sums segment seg of channel c: local running sums over the segment's rows,
+  // its total to seg_s, a barrier, then base = the earlier segments' totals in order and G = RCP_LN2 (base + local).
+  // Rows past the chunk add zeros and are stored as zeros. Then, in the same phase as the factors, this slice of qg,
+  // kg and w's right-hand side leaves in 16-byte row segments (write_slice_outputs).
+  constexpr int kSeg = detail::kGateSumSegment, kSegs = BT / kSeg;
+  static_assert(!kFromInputs || (BT % kSeg == 0 && kSegs * kSlice <= kThreads), "a thread per (segment, channel)");
+  float* seg_s = kFromInputs ? inputs_s + 2 * BT + 2 * p.head_dim : nullptr;  // [kSegs][kSlice] segment totals
+  const int gate_c = threadIdx.x % kSlice, gate_seg = threadIdx.x / kSlice, gate_row0 = gate_seg * kSeg;
+  const bool gate_active = gate_seg < kSegs && gate_row0 < chunk.length;
+  // G of row i (in this thread's segment and channel) from its segment-local running sum.
+  auto store_gate = [&](int d0, int i, float base, float local) {
+    const float g = detail::gate_cumsum_add(base, local) * kRcpLn2;
+    g_s[S::at(i, gate_c)] = i < chunk.length ? g : 0.0f;
+    if (i == chunk.length - 1) glast_s[d0 + gate_c] = g;
+  };
+  auto segment_base = [&]() {  // constant trip count, predicated rather than branched (the sum keeps its order)
+    float base = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSegs - 1; ++k)
+      if (k < gate_seg) base = detail::gate_cumsum_add(base, seg_s[k * kSlice + gate_c]);
+    return base;
+  };
+  // kRawGateSum (NVIDIA, the long-only fused prepare): the (segment, channel) thread also activates its rows' raw
+  // gates, read from raw_g, and leaves its running sums in g_s for itself: one barrier per slice fewer than
+  // form_gate_sum, and no pass of the activated gates through g_s between threads. That kernel measured 1.3-1.5 %
+  // faster with it, the kernel with the short path (96 registers) 1-4 % slower (docs/performance.md, v65).
+  auto gate_local_sums = [&](int d0) {
+    if (gate_active) {
+      // All eight raw gates first, then the eight activations, then the running sum: no branch between them, so
+      // their exponentials and logarithms overlap (rows past the chunk read zeros, activate them, and add zero).
+      float x[kSeg];
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) {
+        const int at = detail::raw_gate_row_start(gate_row0 + r) + gate_c;
+        x[r] = g16 ? detail::widen16(raw_g16[at], in->g_type) : raw_gf[at];
+      }
+      const float bias = bias_s[d0 + gate_c];
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) x[r] = detail::gate_value(x[r] + bias, in->gate, a_log_exp, in->lower_bound);
+      float run = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) {
+        const int i = gate_row0 + r;
+        run = detail::gate_cumsum_add(run, i < chunk.length ? x[r] : 0.0f);
+        g_s[S::at(i, gate_c)] = run;  // the running sum, until gate_finish forms G from it
+      }
+      seg_s[gate_seg * kSlice + gate_c] = run;
+    } else if (gate_seg < kSegs && d0 == 0) {  // a segment past the chunk: zero rows, as the staging leaves them
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) g_s[S::at(gate_row0 + r, gate_c)] = 0.0f;
+    }
+  };
+  auto gate_finish = [&](int d0) {
+    if (!gate_active) return;
+    const float base = segment_base();
+#pragma unroll
+    for (int r = 0; r < kSeg; ++r) store_gate(d0, gate_row0 + r, base, g_s[S::at(gate_row0 + r, gate_c)]);
+  };
+  // Without kRawGateSum (AMD, the kernels with the short path): store_slice left the activated gates in g_s; two
+  // barriers, the totals then G (the running sums are formed again rather than held: registers are the bound here).
+  // Word for word round 28's form, so that those kernels' code does not move.
   auto form_gate_sum = [&](int d0) {
-    constexpr int kSeg = detail::kGateSumSegment, kSegs = BT / kSeg;
-    static_assert(BT % kSeg == 0 && kSegs * kSlice <= kThreads, "a thread per (segment, channel)");
-    float* seg_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals
+    float* totals_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals (seg_s)
     const int c = threadIdx.x % kSlice, seg = threadIdx.x / kSlice, row0 = seg * kSeg;
     const bool active = seg < kSegs && row0 < chunk.length;
     if (active) {
       float total = 0.0f;
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) total = detail::gate_cumsum_add(total, g_s[S::at(row0 + r, c)]);
-      seg_s[seg * kSlice + c] = total;
+      totals_s[seg * kSlice + c] = total;
     }
     __syncthreads();
     if (active) {  // constant trip counts, predicated rather than branched (the sums keep their order)
       float base = 0.0f, local = 0.0f;
 #pragma unroll
       for (int k = 0; k < kSegs - 1; ++k)
-        if (k < seg) base = detail::gate_cumsum_add(base, seg_s[k * kSlice + c]);
+        if (k < seg) base = detail::gate_cumsum_add(base, totals_s[k * kSlice + c]);
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) {
         const int i = row0 + r;  // rows past the chunk (zeros) are summed but not stored
@@ -509,9 +591,18 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   for (int d0 = 0; d0 < p.head_dim; d0 += kSlice) {
     // The previous slice's readers of the staged rows (outputs, factors, exact pairs) all ran before its "factors are
     // written" barrier, and its products read only the factor tiles, which this slice writes after the barrier below.
-    // So only the first slice waits here: for the row norms, biases and betas written before the loop.
-    if (d0 == 0) __syncthreads();
-    if constexpr (kRawInShared) {
+    // So only the first slice waits here: for the row norms, biases and betas written before the loop (and, with
+    // kRawGateSum, every thread's copies of the first slice).
+    if (d0 == 0) {
+      if constexpr (kRawGateSum) detail::copy16_async_wait();
+      __syncthreads();
+    }
+    if constexpr (kRawGateSum) {
+      SliceRegs here;
+      landed_slice(d0, here);
+      store_slice(here, d0);
+      gate_local_sums(d0);
+    } else if constexpr (kRawInShared) {
       SliceRegs here;
       landed_slice(d0, here);
       store_slice(here, d0);
@@ -521,7 +612,13 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if (d0 + kSlice < p.head_dim) load_slice(d0 + kSlice, next);
     }
     __syncthreads();
-    if constexpr (kFromInputs) {
+    if constexpr (kRawGateSum) {
+      // Every thread's reads of raw_g are behind the barrier above: the next slice's copies may overwrite it.
+      if (d0 + kSlice < p.head_dim) issue_slice(d0 + kSlice);
+      gate_finish(d0);
+      __syncthreads();
+      write_slice_outputs(d0);
+    } else if constexpr (kFromInputs) {
       form_gate_sum(d0);
       __syncthreads();
       write_slice_outputs(d0);
@@ -593,6 +690,9 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       diag_kk[x] += sums.kk;
       diag_qk[x] += sums.qk;
     }
+    // kRawGateSum: the next slice's copies (issued after this slice's first barrier) have landed, and the barrier
+    // below publishes them to the gate sum's threads.
+    if constexpr (kRawGateSum) detail::copy16_async_wait();
     __syncthreads();  // factors are written
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {

@@ -102,5 +102,44 @@ TEST(StageRows, StagingStoresAndSliceOutputsTakeOnePassSwizzled) {
   EXPECT_EQ(padded_worst, 2);  // the padded rows' two passes the comment names
 }
 
+// The long-only fused prepare's raw gate slice (raw_gate_row_start): every row of a chunk of 64 starts at its own
+// multiple of 16 inside its 16-row group, so the 64 rows of 16 channels fill the slice exactly once.
+TEST(RawGateRows, EveryRowStartsAtItsOwnSixteenElementsInsideItsGroup) {
+  std::set<int> starts;
+  for (int row = 0; row < 64; ++row) {
+    const int at = raw_gate_row_start(row);
+    EXPECT_EQ(at % 16, 0) << "row " << row;
+    EXPECT_GE(at, 16 * (row & ~15)) << "row " << row;
+    EXPECT_LT(at, 16 * ((row & ~15) + 16)) << "row " << row;
+    starts.insert(at);
+  }
+  EXPECT_EQ(starts.size(), 64u);
+}
+
+// The gate sum's reads: a warp is segments 2w and 2w + 1 (rows 16w .. 16w + 15) x 16 channels, thread (segment,
+// channel) reading row r of its segment, one element each. `bytes` 4 (fp32 gates) or 2 (16-bit gates: two threads
+// share a word, which is one access, not a conflict). Returns the most distinct words one bank serves.
+template <typename RowStart>
+int gate_sum_warp_read(RowStart row_start, int w, int r, int bytes) {
+  std::vector<std::pair<int, int>> a;
+  for (int seg = 0; seg < 2; ++seg)
+    for (int c = 0; c < 16; ++c) {
+      const int element = row_start(16 * w + 8 * seg + r) + c;
+      a.push_back({element * bytes / 4, 1});  // the word holding it
+    }
+  return max_words_per_bank(a);
+}
+
+TEST(RawGateRows, GateSumWarpReadsTakeOnePass) {
+  auto plain = [](int row) { return 16 * row; };  // rows one after the other
+  for (int w = 0; w < 4; ++w)
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_EQ(gate_sum_warp_read(raw_gate_row_start, w, r, 4), 1) << "fp32, warp " << w << " row " << r;
+      EXPECT_EQ(gate_sum_warp_read(raw_gate_row_start, w, r, 2), 1) << "16-bit, warp " << w << " row " << r;
+      // Why the order exists: plain rows put the two segments' rows (8 apart, 128 floats) in the same 16 banks.
+      EXPECT_EQ(gate_sum_warp_read(plain, w, r, 4), 2) << "plain fp32, warp " << w << " row " << r;
+    }
+}
+
 }  // namespace
 }  // namespace kda::detail

@@ -205,12 +205,15 @@ __device__ inline uint4 load16_any(TensorView view, bool vector, int64_t t, int 
   return vector ? load16(view, t, h, d) : load16_elementwise(view, t, h, d);
 }
 
-// The eight 16-bit values of `raw` (bf16 when type is kBFloat16, else fp16) as floats.
+// A 16-bit value (bf16 when type is kBFloat16, else fp16) as a float.
+__device__ inline float widen16(uint16_t bits, ScalarType type) {
+  return type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits) : numeric::fp16_to_float(bits);
+}
+// The eight 16-bit values of `raw` as floats (widen16 each).
 __device__ inline void widen16x8(uint4 raw, ScalarType type, float out[8]) {
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(&raw);
 #pragma unroll
-  for (int c = 0; c < 8; ++c)
-    out[c] = type == ScalarType::kBFloat16 ? numeric::bf16_to_float(bits[c]) : numeric::fp16_to_float(bits[c]);
+  for (int c = 0; c < 8; ++c) out[c] = widen16(bits[c], type);
 }
 
 // Elements (t, h, d .. d+7) of a view whose element type is known only at run time, as floats: 16-byte loads when

@@ -26,4 +26,14 @@ struct StageRows {
   KDA_HOST_DEVICE static constexpr int at(int row, int col) { return row * kLd + (col ^ swizzle(row)); }
 };
 
+// Where row `row` of the long-only fused prepare's raw gate slice starts (16 channels per row, in elements: floats,
+// or 16-bit values for 16-bit gates): rows i and i + 8 of each 16-row group side by side. A warp of its gate sum is
+// two segments of 8 rows x 16 channels (detail::kGateSumSegment); reading one row of each, rows r and r + 8 of a
+// 16-row group, it covers 32 consecutive elements: 32 distinct banks in fp32, 16 words in 16-bit (two threads per
+// word), where plain rows (row * 16) would put both segments' rows in the same 16 banks (checked in
+// tests/cpu/test_stage_rows.cpp).
+KDA_HOST_DEVICE constexpr int raw_gate_row_start(int row) {
+  return 16 * ((row & ~15) + ((row & 7) << 1) + ((row >> 3) & 1));
+}
+
 }  // namespace kda::detail
