@@ -518,7 +518,9 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   // barriers, the totals then G (the running sums are formed again rather than held: registers are the bound here).
   // Word for word round 28's form, so that those kernels' code does not move.
   auto form_gate_sum = [&](int d0) {
-    float* totals_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals (seg_s)
+    // seg_s's address, formed here as before: taken from seg_s above, the kernels with the short path compiled to 40
+    // more instructions (round 30, cubin_compare.py).
+    float* totals_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals
     const int c = threadIdx.x % kSlice, seg = threadIdx.x / kSlice, row0 = seg * kSeg;
     const bool active = seg < kSegs && row0 < chunk.length;
     if (active) {
