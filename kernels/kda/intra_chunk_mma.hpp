@@ -350,33 +350,23 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         raw_k[u] = valid ? detail::load16_elementwise(p.k, t, h, d) : make_uint4(0, 0, 0, 0);
       }
       const int64_t off = detail::element_offset(in->g, t, h, d);
-      if constexpr (!kRawGateSum) {  // two planes of float4 (channels 0-3 and 4-7), or the 16 bytes of a 16-bit gate
-        if (in->g_vector && !g16) {
-          const float* src = static_cast<const float*>(in->g.data) + off;
-          detail::copy16_async_zfill(&raw_g[u], src, valid);
-          detail::copy16_async_zfill(&raw_g[kQkUnits + u], src + 4, valid);
-        } else if (g16) {
-          detail::copy16_async_zfill(&raw_g[u], static_cast<const uint16_t*>(in->g.data) + off, valid);
-        } else {
-          float graw[8] = {};
-          if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
-          raw_g[u] = make_float4(graw[0], graw[1], graw[2], graw[3]);
-          raw_g[kQkUnits + u] = make_float4(graw[4], graw[5], graw[6], graw[7]);
-        }
-      } else {  // whole 16-channel rows in raw_gate_row_start's order
-        const int at = detail::raw_gate_row_start(i) + (u % 2) * 8;
-        if (in->g_vector && !g16) {
-          const float* src = static_cast<const float*>(in->g.data) + off;
-          detail::copy16_async_zfill(&raw_gf[at], src, valid);
-          detail::copy16_async_zfill(&raw_gf[at + 4], src + 4, valid);
-        } else if (g16) {
-          detail::copy16_async_zfill(&raw_g16[at], static_cast<const uint16_t*>(in->g.data) + off, valid);
-        } else {
-          float graw[8] = {};
-          if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
-          *reinterpret_cast<float4*>(&raw_gf[at]) = make_float4(graw[0], graw[1], graw[2], graw[3]);
-          *reinterpret_cast<float4*>(&raw_gf[at + 4]) = make_float4(graw[4], graw[5], graw[6], graw[7]);
-        }
+      // Where the unit's gates go: channels 0-3 and 4-7 as float4 (fp32), or its 16 bytes at the first (16-bit).
+      // Without kRawGateSum two planes of float4 units; with it whole 16-channel rows in raw_gate_row_start's order.
+      const int at = detail::raw_gate_row_start(i) + (u % 2) * 8;
+      float4* g_lo = kRawGateSum ? reinterpret_cast<float4*>(&raw_gf[at]) : &raw_g[u];
+      float4* g_hi = kRawGateSum ? reinterpret_cast<float4*>(&raw_gf[at + 4]) : &raw_g[kQkUnits + u];
+      void* g_raw16 = kRawGateSum ? static_cast<void*>(&raw_g16[at]) : static_cast<void*>(&raw_g[u]);
+      if (in->g_vector && !g16) {
+        const float* src = static_cast<const float*>(in->g.data) + off;
+        detail::copy16_async_zfill(g_lo, src, valid);
+        detail::copy16_async_zfill(g_hi, src + 4, valid);
+      } else if (g16) {
+        detail::copy16_async_zfill(g_raw16, static_cast<const uint16_t*>(in->g.data) + off, valid);
+      } else {
+        float graw[8] = {};
+        if (valid) detail::load_scalar8(in->g, in->g_type, false, t, h, d, graw);
+        *g_lo = make_float4(graw[0], graw[1], graw[2], graw[3]);
+        *g_hi = make_float4(graw[4], graw[5], graw[6], graw[7]);
       }
     }
   };
