@@ -622,47 +622,56 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     // wide. With 16 groups (NVIDIA: 128 threads) every group makes one L row and one row of the diagonal quarter per
     // block; with 32 (AMD: 256 threads) groups 0-15 make the L rows and 16-31 the quarter. Rows past the chunk get
     // zero factors (never exp2 of garbage).
+    //
+    // Every row a thread touches is its own row r16 = grp % 16 of some 16-row block: block b's L row and quarter row
+    // are row 16 b + r16, and its R rows are rows 16 m + r16 of earlier blocks m. So the addresses are formed once per
+    // thread (own_s in the staging rows, own_t in a factor tile) and moved by whole blocks (S::block, 256 halves per
+    // 16 tile rows): the row arithmetic per access was ~6 % of the kernel's instructions (ncu, round 28, call FC).
     {
       constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
       static_assert(kRowGroups == 16 || kRowGroups == 32, "whole L rows and quarter rows per group");
-      const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow;
+      const int d = 2 * (threadIdx.x % kPairsPerRow), grp = threadIdx.x / kPairsPerRow, r16 = grp % 16;
       // This group's row of the quarter: R' rows 0-7, then L' rows 8-15 (warp 0, which also holds the exact pairs'
-      // odd third slot, gets the one-factor R' rows); negative: none.
+      // odd third slot, gets the one-factor R' rows); negative: none. When there is one, it is r16.
       const int quarter_row = grp - (kRowGroups - 16);
-      auto ld2 = [&](const float* base, int row) { return *reinterpret_cast<const float2*>(&base[S::at(row, d)]); };
-#pragma unroll 1  // unrolled, the kernel grew 5 % and measured slower (performance.md, v33)
+      const int own_s = S::at(r16, d), own_t = m::swizzled16(r16, d);
+      auto ld2 = [&](const float* base, int at) { return *reinterpret_cast<const float2*>(&base[at]); };
+      auto put = [&](uint16_t* tile, int at, float2 x, float2 decay) {
+        *reinterpret_cast<uint32_t*>(&tile[at]) = numeric::pack2<IntraFactor>(x.x * decay.x, x.y * decay.y);
+      };
+      // Unrolled, so that every offset below is a constant added to own_s or own_t (v68b: the long-only fused prepare
+      // 3.6-5 % faster than with the loop kept, against 1.8-2.5 % with it; the loop kept was v33's choice when the
+      // rows' arithmetic was formed per access and the unrolled kernel grew 5 %).
+#pragma unroll
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;
         if (ref >= chunk.length) continue;  // uniform: the block has no rows
-        const float2 g_ref = ld2(g_s, ref);
+        const int own = S::block(b) + own_s, row = ref + r16;  // this thread's row of block b
+        const float2 g_ref = ld2(g_s, S::block(b) + S::at(0, d));
+        const float2 g_own = ld2(g_s, own), k_own = ld2(k_s, own);
         if (grp < 16 && b > 0) {  // L of block b: row ref + grp against the reference row (block 0's L would
                                   // serve no product: every off-diagonal tile has a row block a >= 1)
-          const int row = ref + grp;
-          const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_ref) : make_float2(0.0f, 0.0f);
-          const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-          store_factor_pair(q.x * decay.x, q.y * decay.y, lq(b), grp, d);
-          store_factor_pair(k.x * decay.x, k.y * decay.y, lk(b), grp, d);
+          const float2 decay = row < chunk.length ? decay_exp2_pair(g_own, g_ref) : make_float2(0.0f, 0.0f);
+          put(lq(b), own_t, ld2(q_s, own), decay);
+          put(lk(b), own_t, k_own, decay);
         }
         // The diagonal quarter against the middle row mid: R' (rows ref + i) and L' (rows mid + i, k and q).
         const int mid = ref + 8;
         if (mid < chunk.length && quarter_row >= 0) {  // uniform over a warp
-          const float2 g_mid = ld2(g_s, mid);
-          if (quarter_row < 8) {
-            const int col = ref + quarter_row;
-            const float2 decay = decay_exp2_pair(g_mid, ld2(g_s, col)), k = ld2(k_s, col);
-            store_factor_pair(k.x * decay.x, k.y * decay.y, rq(b), quarter_row, d);
-          } else {
-            const int i = quarter_row - 8, row = mid + i;
-            const float2 decay = row < chunk.length ? decay_exp2_pair(ld2(g_s, row), g_mid) : make_float2(0.0f, 0.0f);
-            const float2 q = ld2(q_s, row), k = ld2(k_s, row);
-            store_factor_pair(k.x * decay.x, k.y * decay.y, lqr(b), i, d);
-            store_factor_pair(q.x * decay.x, q.y * decay.y, lqr(b), 8 + i, d);
+          const float2 g_mid = ld2(g_s, S::block(b) + S::at(8, d));
+          if (quarter_row < 8) {  // R' row quarter_row: row ref + r16, before mid
+            put(rq(b), own_t, k_own, decay_exp2_pair(g_mid, g_own));
+          } else {  // L' rows i = quarter_row - 8 (k) and 8 + i (q): row mid + i = ref + r16; tile row i is own_t - 128
+            const float2 decay = row < chunk.length ? decay_exp2_pair(g_own, g_mid) : make_float2(0.0f, 0.0f);
+            put(lqr(b), own_t - 128, k_own, decay);
+            put(lqr(b), own_t, ld2(q_s, own), decay);
           }
         }
-        // R of block b: the rows before it, against its reference row.
-        for (int j = grp; j < ref; j += kRowGroups) {
-          const float2 decay = decay_exp2_pair(g_ref, ld2(g_s, j)), k = ld2(k_s, j);
-          store_factor_pair(k.x * decay.x, k.y * decay.y, r(b), j, d);
+        // R of block b: the rows j = 16 m + r16 before it (j = grp, grp + kRowGroups, ...), against its reference row.
+        // With 16 groups grp / 16 is 0: written as a constant so that the loop unrolls with b.
+        for (int m = kRowGroups == 16 ? 0 : grp / 16; m < b; m += kRowGroups / 16) {
+          const int at = S::block(m) + own_s;
+          put(r(b), 256 * m + own_t, ld2(k_s, at), decay_exp2_pair(g_ref, ld2(g_s, at)));
         }
       }
     }

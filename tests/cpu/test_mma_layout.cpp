@@ -62,6 +62,15 @@ TEST(MmaLayout, Swizzled16IsABijectionAndConflictFree) {
     }
 }
 
+// The intra-chunk factor loop forms a thread's tile offset swizzled16(r, c) once and reaches rows r + 8 m by adding
+// 128 m (the swap depends only on bit 2 of the row).
+TEST(MmaLayout, Swizzled16RowsEightApartAreOneShiftApart) {
+  for (int r = 0; r < 16; ++r)
+    for (int m = -(r / 8); m < 8; ++m)
+      for (int c = 0; c < 16; ++c)
+        EXPECT_EQ(swizzled16(r + 8 * m, c), swizzled16(r, c) + 128 * m) << "row " << r << " + 8 x " << m << " col " << c;
+}
+
 TEST(MmaLayout, NvidiaMatchesPtxFigures) {
   // Lane 5: groupID 1, threadID_in_group 1.
   EXPECT_EQ(nvidia::a_coord(5, 0).row, 1);

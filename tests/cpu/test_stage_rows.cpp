@@ -50,6 +50,20 @@ TEST(StageRows, EveryRowIsAPermutationOfItsSlotsWithWholeQuarters) {
   expect_rows_are_permutations<Swizzled>("swizzled");
 }
 
+// The intra-chunk factor loop forms at(r, col) once per thread (r < 16) and reaches row 16 m + r through block(m).
+template <typename S>
+void expect_block_shifts(const char* what) {
+  for (int m = 0; m < 4; ++m)
+    for (int r = 0; r < 16; ++r)
+      for (int col = 0; col < 16; ++col)
+        EXPECT_EQ(S::at(16 * m + r, col), S::block(m) + S::at(r, col)) << what << " row 16 x " << m << " + " << r;
+}
+
+TEST(StageRows, RowsSixteenApartAreOneBlockShiftApart) {
+  expect_block_shifts<Padded>("padded");
+  expect_block_shifts<Swizzled>("swizzled");
+}
+
 // The exact pairs: a quarter-warp's 8 threads read one quarter of up to 8 consecutive rows as float4.
 template <typename S>
 int eight_rows_one_quarter(int first_row, int quarter) {

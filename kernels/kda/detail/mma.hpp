@@ -92,6 +92,7 @@ KDA_HOST_DEVICE constexpr bool acc_coords_separable(CoordFn coord, int lanes, in
 // Tiles of 16-bit values stored in rows of exactly 16 elements (32 bytes, no padding) where, in rows 4-7 of every 8,
 // the two 16-byte halves of a row trade places: the 8 row segments one ldmatrix phase reads then lie in 8 distinct
 // 16-byte bank groups. Rows count from a multiple of 8. Element (row, col) of such a tile:
+// (The swap depends only on the row's bit 2, so row r + 8 m is row r moved by 128 m elements.)
 KDA_HOST_DEVICE constexpr int swizzled16(int row, int col) {
   return row * 16 + (((col >> 3) ^ (row >> 2)) & 1) * 8 + (col & 7);
 }

@@ -24,6 +24,9 @@ struct StageRows {
   static constexpr int kLd = kSwizzled ? kSlice : kSlice + 4;
   KDA_HOST_DEVICE static constexpr int swizzle(int row) { return kSwizzled ? (row & 6) << 1 : 0; }
   KDA_HOST_DEVICE static constexpr int at(int row, int col) { return row * kLd + (col ^ swizzle(row)); }
+  // Row 16 m + r (0 <= r < 16) is row r moved by 16 m rows: at(16 m + r, col) == block(m) + at(r, col), since the
+  // swizzle depends only on the row's bits 1-2. So a thread that walks rows r, r + 16, ... forms at(r, col) once.
+  KDA_HOST_DEVICE static constexpr int block(int m) { return 16 * m * kLd; }
 };
 
 // Where row `row` of the long-only fused prepare's raw gate slice starts (16 channels per row, in elements: floats,
