@@ -475,7 +475,10 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   auto gate_local_sums = [&](int d0) {
     if (gate_active) {
       // All eight raw gates first, then the eight activations, then the running sum: no branch between them, so
-      // their exponentials and logarithms overlap (rows past the chunk read zeros, activate them, and add zero).
+      // their exponentials and logarithms overlap. Rows past the chunk read zeros and add their activations too: a
+      // running sum depends only on the rows before it, gate_finish stores zeros for those rows, and the total of
+      // the segment that holds the chunk's end reaches only segments past it, which form nothing (checking each row
+      // against the chunk's length cost ~26 instructions per slice: ncu, round 31, call FN).
       float x[kSeg];
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) {
@@ -488,9 +491,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       float run = 0.0f;
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) {
-        const int i = gate_row0 + r;
-        run = detail::gate_cumsum_add(run, i < chunk.length ? x[r] : 0.0f);
-        g_s[S::at(i, gate_c)] = run;  // the running sum, until gate_finish forms G from it
+        run = detail::gate_cumsum_add(run, x[r]);
+        g_s[S::at(gate_row0 + r, gate_c)] = run;  // the running sum, until gate_finish forms G from it
       }
       seg_s[gate_seg * kSlice + gate_c] = run;
     } else if (gate_seg < kSegs && d0 == 0) {  // a segment past the chunk: zero rows, as the staging leaves them
@@ -501,8 +503,19 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   auto gate_finish = [&](int d0) {
     if (!gate_active) return;
     const float base = segment_base();
+    const int rows = chunk.length - gate_row0;  // of this segment inside the chunk (at least 1)
+    if (rows >= kSeg) {  // the whole segment (every segment of a full chunk): store_gate without its per-row checks
 #pragma unroll
-    for (int r = 0; r < kSeg; ++r) store_gate(d0, gate_row0 + r, base, g_s[S::at(gate_row0 + r, gate_c)]);
+      for (int r = 0; r < kSeg; ++r) {
+        float* at = &g_s[S::at(gate_row0 + r, gate_c)];
+        const float g = detail::gate_cumsum_add(base, *at) * kRcpLn2;
+        *at = g;
+        if (r == kSeg - 1 && rows == kSeg) glast_s[d0 + gate_c] = g;  // the chunk's last row
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kSeg; ++r) store_gate(d0, gate_row0 + r, base, g_s[S::at(gate_row0 + r, gate_c)]);
+    }
   };
   // Without kRawGateSum (AMD, the kernels with the short path): store_slice left the activated gates in g_s; two
   // barriers, the totals then G (the running sums are formed again rather than held: registers are the bound here).
@@ -624,7 +637,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     // zero factors (never exp2 of garbage).
     //
     // Every row a thread touches is its own row r16 = grp % 16 of some 16-row block: block b's L row and quarter row
-    // are row 16 b + r16, and its R rows are rows 16 m + r16 of earlier blocks m. So the addresses are formed once per
+    // are row 16 b + r16, and its R rows are rows 16 c + r16 of earlier blocks c. So the addresses are formed once per
     // thread (own_s in the staging rows, own_t in a factor tile) and moved by whole blocks (S::block, 256 halves per
     // 16 tile rows): the row arithmetic per access was ~6 % of the kernel's instructions (ncu, round 28, call FC).
     {
@@ -669,9 +682,9 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
         }
         // R of block b: the rows j = 16 m + r16 before it (j = grp, grp + kRowGroups, ...), against its reference row.
         // With 16 groups grp / 16 is 0: written as a constant so that the loop unrolls with b.
-        for (int m = kRowGroups == 16 ? 0 : grp / 16; m < b; m += kRowGroups / 16) {
-          const int at = S::block(m) + own_s;
-          put(r(b), 256 * m + own_t, ld2(k_s, at), decay_exp2_pair(g_ref, ld2(g_s, at)));
+        for (int c = kRowGroups == 16 ? 0 : grp / 16; c < b; c += kRowGroups / 16) {
+          const int at = S::block(c) + own_s;
+          put(r(b), 256 * c + own_t, ld2(k_s, at), decay_exp2_pair(g_ref, ld2(g_s, at)));
         }
       }
     }
