@@ -340,8 +340,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     pair_rows(pair, &ri, &rj);
     if (ri >= length) continue;
     const int c = 16 * s;
-    const ExactPairSums sums = exact_pair_sums16(&q_s[ri * kLdS + c], &k_s[ri * kLdS + c], &g_s[ri * kLdS + c],
-                                                 &k_s[rj * kLdS + c], &g_s[rj * kLdS + c]);
+    const ExactPairSums sums = exact_pair_sums16<PlainRows>(q_s, k_s, g_s, ri * kLdS + c, rj * kLdS + c);
     partial_s[s * L::kPairs + pair] = make_float2(sums.kk, sums.qk);
   }
   if constexpr (kFromInputs) {  // qg = round(q exp2 G), write_slice_outputs' expression, now that G is staged

@@ -99,22 +99,28 @@ __device__ inline void store_factor_pair(float x0, float x1, uint16_t* tile, int
   *reinterpret_cast<uint32_t*>(&tile[detail::mma::swizzled16(row, d)]) = numeric::pack2<IntraFactor>(x0, x1);
 }
 // One exact pair (row i, column j <= i) over 16 channels: sum_d k_i[d] k_j[d] exp2(G_i[d] - G_j[d]) and the same with
-// q_i, from fp32 rows at the slice's first channel (16-byte aligned). Four channels per 16-byte shared load.
+// q_i, from fp32 staging rows of the form Rows (detail::StageRows, or PlainRows) whose slice starts at elements
+// `oi`, `oj` of q_s, k_s, g_s (16-byte aligned). Four channels per 16-byte shared load, summed in the same order
+// whatever the rows' quarter permutation.
 struct ExactPairSums {
   float kk, qk;
 };
-// swz_i, swz_j: the rows' quarter permutations (detail::StageRows::swizzle; 0 for plain rows). The channels are
-// summed in the same order whatever the permutation.
-__device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float* k_i, const float* g_i,
-                                                  const float* k_j, const float* g_j, int swz_i = 0, int swz_j = 0) {
+// Rows of 16 channels in order: the short path's staging (its offsets already hold the slice's first channel).
+struct PlainRows {
+  __device__ static constexpr int quarter(int row_start, int d) { return row_start + d; }
+};
+template <typename Rows>
+__device__ inline ExactPairSums exact_pair_sums16(const float* q_s, const float* k_s, const float* g_s, int oi,
+                                                  int oj) {
   float kk = 0.0f, qk = 0.0f;
 #pragma unroll
   for (int d = 0; d < 16; d += 4) {
-    const float4 kj4 = *reinterpret_cast<const float4*>(&k_j[d ^ swz_j]);
-    const float4 gj4 = *reinterpret_cast<const float4*>(&g_j[d ^ swz_j]);
-    const float4 gi4 = *reinterpret_cast<const float4*>(&g_i[d ^ swz_i]);
-    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d ^ swz_i]);
-    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d ^ swz_i]);
+    const int qi = Rows::quarter(oi, d), qj = Rows::quarter(oj, d);
+    const float4 kj4 = *reinterpret_cast<const float4*>(&k_s[qj]);
+    const float4 gj4 = *reinterpret_cast<const float4*>(&g_s[qj]);
+    const float4 gi4 = *reinterpret_cast<const float4*>(&g_s[qi]);
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_s[qi]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_s[qi]);
     const float kj[4] = {kj4.x * detail::decay_exp2(gi4.x - gj4.x), kj4.y * detail::decay_exp2(gi4.y - gj4.y),
                          kj4.z * detail::decay_exp2(gi4.z - gj4.z), kj4.w * detail::decay_exp2(gi4.w - gj4.w)};
     kk += ki4.x * kj[0] + ki4.y * kj[1] + ki4.z * kj[2] + ki4.w * kj[3];
@@ -123,15 +129,17 @@ __device__ inline ExactPairSums exact_pair_sums16(const float* q_i, const float*
   return {kk, qk};
 }
 // exact_pair_sums16's qk for a pair on the diagonal (j = i), whose decay exp2(0) is exactly 1: the same sums in the
-// same order without the exp2 and the products by 1, so the bits are those of exact_pair_sums16(q_i, k_i, g_i, k_i,
-// g_i).qk (FusedPrepareShortPathMatchesLongPath compares them with the short path, which still takes the general
-// form). Its kk would be Akk's diagonal, which is not stored.
-__device__ inline float exact_diagonal_qk16(const float* q_i, const float* k_i, int swz_i = 0) {
+// same order without the exp2 and the products by 1, so the bits are those of exact_pair_sums16(.., oi, oi).qk
+// (FusedPrepareShortPathMatchesLongPath compares them with the short path, which still takes the general form). Its
+// kk would be Akk's diagonal, which is not stored.
+template <typename Rows>
+__device__ inline float exact_diagonal_qk16(const float* q_s, const float* k_s, int oi) {
   float qk = 0.0f;
 #pragma unroll
   for (int d = 0; d < 16; d += 4) {
-    const float4 ki4 = *reinterpret_cast<const float4*>(&k_i[d ^ swz_i]);
-    const float4 qi4 = *reinterpret_cast<const float4*>(&q_i[d ^ swz_i]);
+    const int qi = Rows::quarter(oi, d);
+    const float4 ki4 = *reinterpret_cast<const float4*>(&k_s[qi]);
+    const float4 qi4 = *reinterpret_cast<const float4*>(&q_s[qi]);
     qk += qi4.x * ki4.x + qi4.y * ki4.y + qi4.z * ki4.z + qi4.w * ki4.w;
   }
   return qk;
@@ -221,14 +229,17 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   const int qb = kIntraMmaWarps - 1 - warp;  // this warp's diagonal quarter: block qb (none when qb >= kBlocks)
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
-  // Exact triangle pairs, decoded once into chunk rows packed as row_i | row_j << 16 (-1: no pair). The first
-  // kGeneralSlots slots hold task tid + x * kThreads of the pairs exact_pair_sums16 forms: with kDiagonalSlots those
-  // below the diagonals (triangle task / 28, pair i (i - 1) / 2 + j, j < i), else all of them (triangle task / 36,
-  // pair i (i + 1) / 2 + j, j <= i). With kDiagonalSlots the rest hold the diagonals (task kThreads - 1 - tid +
-  // (x - kGeneralSlots) * kThreads: triangle task / 8, i = j), which need no exp2 (exact_diagonal_qk16): a slot's kind
-  // is known at compile time, and the diagonals go to the last warps first, which have the fewest pairs below (at
-  // BT = 64 with 128 threads: warps 0 and 1 two pairs below, warp 2 two and a diagonal, warp 3 one and a diagonal).
-  // Without kDiagonalSlots the decode keeps its earlier form word for word: in the fused prepare at 128 registers a
+  // Exact triangle pairs, decoded once into the starts of their staging rows packed as S::at(row_i, 0) | S::at(row_j,
+  // 0) << 16 (-1: no pair), so that a slice reaches each quarter of a row by one S::quarter (v70: with the rows packed
+  // and their starts and swizzles formed again in every slice the long-only fused prepare was 3.7 % slower; H200, round
+  // 32, call FR). The first kGeneralSlots slots hold task tid + x * kThreads of the pairs exact_pair_sums16 forms: with
+  // kDiagonalSlots those below the diagonals (triangle task / 28, pair i (i - 1) / 2 + j, j < i), else all of them
+  // (triangle task / 36, pair i (i + 1) / 2 + j, j <= i). With kDiagonalSlots the rest hold the diagonals (task
+  // kThreads - 1 - tid + (x - kGeneralSlots) * kThreads: triangle task / 8, i = j), which need no exp2
+  // (exact_diagonal_qk16): a slot's kind is known at compile time, and the diagonals go to the last warps first, which
+  // have the fewest pairs below (at BT = 64 with 128 threads: warps 0 and 1 two pairs below, warp 2 two and a diagonal,
+  // warp 3 one and a diagonal). Without kDiagonalSlots the task arithmetic keeps its earlier form word for word (v70
+  // only wraps its rows in S::at: ptxas 12 / 24 bytes of spills as before): in the fused prepare at 128 registers a
   // rewrite computing the same values made ptxas spill in the slice loop (12 / 24 -> 64 / 76 bytes).
   constexpr int kGeneralPairs = 2 * kBlocks * (kDiagonalSlots ? kTrianglePairs - 8 : kTrianglePairs);
   constexpr int kDiagonalPairs = kDiagonalSlots ? 2 * kBlocks * 8 : 0;
@@ -242,10 +253,11 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if (x < kGeneralSlots) {
         const int task = threadIdx.x + x * kThreads, pair = task % (kTrianglePairs - 8);
         const int i = triangular_count(pair) + 1, base = 8 * (task / (kTrianglePairs - 8));
-        pair_rows[x] = task < kGeneralPairs ? (base + i) | ((base + pair - i * (i - 1) / 2) << 16) : -1;
+        pair_rows[x] =
+            task < kGeneralPairs ? S::at(base + i, 0) | (S::at(base + pair - i * (i - 1) / 2, 0) << 16) : -1;
       } else {
         const int row = kThreads - 1 - threadIdx.x + (x - kGeneralSlots) * kThreads;  // diagonal task = its row
-        pair_rows[x] = row < kDiagonalPairs ? row | (row << 16) : -1;
+        pair_rows[x] = row < kDiagonalPairs ? S::at(row, 0) | (S::at(row, 0) << 16) : -1;
       }
     }
   } else {
@@ -254,7 +266,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       const int task = threadIdx.x + x * kThreads, pair = task % kTrianglePairs;
       const int i = triangular_count(pair);
       const int base = 8 * (task / kTrianglePairs);
-      pair_rows[x] = task < kGeneralPairs ? (base + i) | ((base + pair - i * (i + 1) / 2) << 16) : -1;
+      pair_rows[x] =
+          task < kGeneralPairs ? S::at(base + i, 0) | (S::at(base + pair - i * (i + 1) / 2, 0) << 16) : -1;
     }
   }
 
@@ -691,16 +704,14 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     // The 8-row triangles, exactly.
 #pragma unroll
     for (int x = 0; x < kPairSlots; ++x) {
-      const int ri = pair_rows[x] & 0xffff, rj = pair_rows[x] >> 16;
-      if (pair_rows[x] < 0 || ri >= chunk.length) continue;  // no pair, or no such token
+      const int oi = pair_rows[x] & 0xffff, oj = pair_rows[x] >> 16;
+      if (pair_rows[x] < 0 || oi >= chunk.length * S::kLd) continue;  // no pair, or no such token
       // The threads of a warp touch few distinct rows, so each 16-byte load is about one shared-memory wavefront.
       if (x >= kGeneralSlots) {
-        diag_qk[x] += exact_diagonal_qk16(&q_s[ri * S::kLd], &k_s[ri * S::kLd], S::swizzle(ri));
+        diag_qk[x] += exact_diagonal_qk16<S>(q_s, k_s, oi);
         continue;
       }
-      const ExactPairSums sums =
-          exact_pair_sums16(&q_s[ri * S::kLd], &k_s[ri * S::kLd], &g_s[ri * S::kLd], &k_s[rj * S::kLd],
-                            &g_s[rj * S::kLd], S::swizzle(ri), S::swizzle(rj));
+      const ExactPairSums sums = exact_pair_sums16<S>(q_s, k_s, g_s, oi, oj);
       diag_kk[x] += sums.kk;
       diag_qk[x] += sums.qk;
     }
@@ -755,7 +766,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   }
 #pragma unroll
   for (int x = 0; x < kPairSlots; ++x) {
-    const int i = pair_rows[x] & 0xffff, j = pair_rows[x] >> 16;
+    const int i = S::row_of(pair_rows[x] & 0xffff), j = S::row_of(pair_rows[x] >> 16);
     if (pair_rows[x] < 0 || i >= chunk.length) continue;
     if (j < i) akk_s[i * kLdO + j] = diag_kk[x];
     aqk_s[i * kLdO + j] = diag_qk[x];

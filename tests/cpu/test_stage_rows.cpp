@@ -64,6 +64,26 @@ TEST(StageRows, RowsSixteenApartAreOneBlockShiftApart) {
   expect_block_shifts<Swizzled>("swizzled");
 }
 
+// The exact pairs keep only each row's start at(row, 0) and reach its quarters through quarter(), and the assembly
+// gets the row back through row_of().
+template <typename S>
+void expect_quarters_from_row_start(const char* what) {
+  for (int row = 0; row < 64; ++row) {
+    const int start = S::at(row, 0);
+    EXPECT_EQ(S::row_of(start), row) << what << " row " << row;
+    for (int length = 0; length <= 64; ++length)  // the pairs' "no such token" test on the start
+      EXPECT_EQ(start >= length * S::kLd, row >= length) << what << " row " << row << " length " << length;
+    for (int d = 0; d < 16; d += 4)
+      for (int c = 0; c < 4; ++c)
+        EXPECT_EQ(S::quarter(start, d) + c, S::at(row, d + c)) << what << " row " << row << " channel " << d + c;
+  }
+}
+
+TEST(StageRows, QuartersFollowFromTheRowStart) {
+  expect_quarters_from_row_start<Padded>("padded");
+  expect_quarters_from_row_start<Swizzled>("swizzled");
+}
+
 // The exact pairs: a quarter-warp's 8 threads read one quarter of up to 8 consecutive rows as float4.
 template <typename S>
 int eight_rows_one_quarter(int first_row, int quarter) {

@@ -27,6 +27,14 @@ struct StageRows {
   // Row 16 m + r (0 <= r < 16) is row r moved by 16 m rows: at(16 m + r, col) == block(m) + at(r, col), since the
   // swizzle depends only on the row's bits 1-2. So a thread that walks rows r, r + 16, ... forms at(r, col) once.
   KDA_HOST_DEVICE static constexpr int block(int m) { return 16 * m * kLd; }
+  // Element (row, 4 q) from the row's start at(row, 0) and q's first channel d = 4 q: the swizzle leaves a row's
+  // start at row * kLd plus its own permutation of quarter 0, and row * kLd has no bits below 16, so one XOR moves
+  // it to any quarter. A thread that walks whole rows (the exact pairs) keeps only the starts.
+  KDA_HOST_DEVICE static constexpr int quarter(int row_start, int d) {
+    return kSwizzled ? row_start ^ d : row_start + d;
+  }
+  // The row whose start is at(row, 0).
+  KDA_HOST_DEVICE static constexpr int row_of(int row_start) { return row_start / kLd; }
 };
 
 // Where row `row` of the long-only fused prepare's raw gate slice starts (16 channels per row, in elements: floats,
