@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Round 33, call FV (run from build-gpu-ab/ with abpack/ holding the binaries): kda check and a same-call A/B of
+# kda_bench base (9e70763) against v72 (exact triangle pairs by row tasks, long-only fused prepare) and v72b (v72 with
+# row 0's diagonal in task 0's pair-b sums), four runs each, interleaved; then the spills of the bf16 K = V = 128
+# long-only prepare per loop depth (sass_spills.py on each cubin) where nvdisasm exists.
+set -u
+cd "$(dirname "$0")"
+here=$PWD
+start=$SECONDS
+tar xJf ab.txz
+export LD_LIBRARY_PATH=$here/abpack:${LD_LIBRARY_PATH:-}
+mkdir -p $OUT/ab
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $OUT/ab/checks.txt
+for v in base v72 v72b; do timeout 60 abpack/kda_bench_$v --kda_check > $OUT/ab/check_$v.txt 2>&1; echo "check $v rc=$? $((SECONDS-start))s" >> $OUT/ab/checks.txt; done
+F='^(e2e/(single1k|single8k|single32k|varlen16|mixed64|chunked2k|prefill4x4k)/builder/manual_time|e2e/single8k/builder/gate_lb/manual_time|stage/prepare_inputs/(single8k|single32k|varlen16|mixed64)/builder/manual_time)$'
+for i in 1 2 3 4; do for v in base v72 v72b; do
+  timeout 100 abpack/kda_bench_$v --benchmark_filter="$F" --benchmark_format=json > $OUT/ab/${v}_$i.json 2>$OUT/ab/${v}_$i.err
+  echo "run $v $i rc=$? $((SECONDS-start))s" >> $OUT/ab/checks.txt
+done; [ $((SECONDS-start)) -gt 300 ] && break; done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> $OUT/ab/checks.txt
+if command -v nvdisasm >/dev/null; then
+  for v in base v72 v72b; do
+    nvdisasm -g -c abpack/$v.cubin > $v.sass 2>/dev/null && python3 abpack/sass_spills.py $v.sass chunk_prepare_inputs_mma_kernelINS_6bf16_tELi64ELi128ELi128E > $OUT/ab/spills_$v.txt 2>&1
+  done
+else echo "no nvdisasm: $(ls /usr/local/cuda*/bin 2>/dev/null | tr '\n' ' ')" > $OUT/ab/spills.txt; fi
+echo "done $((SECONDS-start))s" >> $OUT/ab/checks.txt
+tar cJf $OUT/ab.txz -C $OUT ab && rm -rf $OUT/ab
