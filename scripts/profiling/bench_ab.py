@@ -9,6 +9,8 @@ running each binary in turn, several rounds interleaved so that clock and machin
     for i in 1 2; do for v in base new; do
       ./kda_bench_$v --benchmark_filter='^e2e/' --benchmark_format=json > DIR/${v}_$i.json; done; done
 
+(scripts/profiling/device_ab.sh does this on the GPU machine, with `kda check` and the binaries' spills.)
+
 counter: a user counter of kda_bench (gpu_ms by default; host_us, workspace_vs_target, ...). The last column is the
 last label's mean over the first's. Every A/B in docs/validation.md since round 10 was read this way.
 """
