@@ -19,7 +19,7 @@
 # AB_NCU_BENCH (default stage/prepare_inputs/single8k, builder tables), one launch after three, per binary: seconds
 # per binary, and the count a candidate must lower (round 33: a kernel 544 instructions shorter executed 4.6 % more).
 set -u
-cd "${AB_DIR:-$(dirname "$0")}"  # where ab.txz is: AB_DIR, else beside a copy of this script
+cd "${AB_DIR:-$(dirname "$0")}" || exit 2  # where ab.txz is: AB_DIR, else beside a copy of this script
 here=$PWD
 start=$SECONDS
 ncu_mode=0
@@ -29,9 +29,9 @@ labels=("$@")
 kernel=${AB_KERNEL:-chunk_prepare_inputs_mma_kernelINS_6bf16_tELi64ELi128ELi128E}
 tar xJf ab.txz
 export LD_LIBRARY_PATH=$here/abpack:${LD_LIBRARY_PATH:-}
-mkdir -p $OUT/ab
+mkdir -p "$OUT/ab"
 log=$OUT/ab/checks.txt
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $log
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$log"
 
 if [ $ncu_mode = 1 ]; then
   M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
@@ -43,33 +43,33 @@ if [ $ncu_mode = 1 ]; then
   bench=${AB_NCU_BENCH:-^stage/prepare_inputs/single8k/builder/manual_time$}
   for v in "${labels[@]}"; do
     timeout 200 ncu --metrics $M -k "regex:${kernel%%INS_*}" --launch-skip 3 -c 1 \
-      abpack/kda_bench_$v --benchmark_filter="$bench" > $OUT/ab/ncu_$v.txt 2>&1
-    echo "ncu $v rc=$? $((SECONDS-start))s" >> $log
+      "abpack/kda_bench_$v" --benchmark_filter="$bench" > "$OUT/ab/ncu_$v.txt" 2>&1
+    echo "ncu $v rc=$? $((SECONDS-start))s" >> "$log"
   done
 else
   for v in "${labels[@]}"; do
-    timeout 60 abpack/kda_bench_$v --kda_check > $OUT/ab/check_$v.txt 2>&1
-    echo "check $v rc=$? $((SECONDS-start))s" >> $log
+    timeout 60 "abpack/kda_bench_$v" --kda_check > "$OUT/ab/check_$v.txt" 2>&1
+    echo "check $v rc=$? $((SECONDS-start))s" >> "$log"
   done
   F=${AB_FILTER:-'^(e2e/(single1k|single8k|single32k|varlen16|mixed64|chunked2k|prefill4x4k)/builder/manual_time|e2e/single8k/builder/gate_lb/manual_time|stage/prepare_inputs/(single8k|single32k|varlen16|mixed64)/builder/manual_time)$'}
-  for i in $(seq 1 ${AB_ROUNDS:-4}); do
+  for i in $(seq 1 "${AB_ROUNDS:-4}"); do
     for v in "${labels[@]}"; do
-      timeout 100 abpack/kda_bench_$v --benchmark_filter="$F" --benchmark_format=json > $OUT/ab/${v}_$i.json \
-        2> $OUT/ab/${v}_$i.err
-      echo "run $v $i rc=$? $((SECONDS-start))s" >> $log
+      timeout 100 "abpack/kda_bench_$v" --benchmark_filter="$F" --benchmark_format=json > "$OUT/ab/${v}_$i.json" \
+        2> "$OUT/ab/${v}_$i.err"
+      echo "run $v $i rc=$? $((SECONDS-start))s" >> "$log"
     done
-    [ $((SECONDS - start)) -gt ${AB_BUDGET_S:-300} ] && break
+    [ $((SECONDS - start)) -gt "${AB_BUDGET_S:-300}" ] && break
   done
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> $log
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$log"
   for v in "${labels[@]}"; do
-    cuobjdump -res-usage abpack/kda_bench_$v 2>&1 | grep -A1 "${kernel%%INS_*}" > $OUT/ab/res_$v.txt
-    mkdir -p x_$v && (cd x_$v && cuobjdump -xelf all ../abpack/kda_bench_$v > /dev/null 2>&1)
-    for c in x_$v/*.cubin; do
-      nvdisasm -g -c $c > $c.sass 2>/dev/null || continue
-      grep -q "$kernel" $c.sass || continue
-      python3 abpack/sass_spills.py $c.sass "$kernel" > $OUT/ab/spills_$v.txt 2>&1
+    cuobjdump -res-usage "abpack/kda_bench_$v" 2>&1 | grep -A1 "${kernel%%INS_*}" > "$OUT/ab/res_$v.txt"
+    mkdir -p "x_$v" && (cd "x_$v" && cuobjdump -xelf all "../abpack/kda_bench_$v" > /dev/null 2>&1)
+    for c in "x_$v"/*.cubin; do
+      nvdisasm -g -c "$c" > "$c.sass" 2>/dev/null || continue
+      grep -q "$kernel" "$c.sass" || continue
+      python3 abpack/sass_spills.py "$c.sass" "$kernel" > "$OUT/ab/spills_$v.txt" 2>&1
     done
   done
 fi
-echo "done $((SECONDS-start))s" >> $log
-tar cJf $OUT/ab.txz -C $OUT ab && rm -rf $OUT/ab
+echo "done $((SECONDS-start))s" >> "$log"
+tar cJf "$OUT/ab.txz" -C "$OUT" ab && rm -rf "$OUT/ab"
