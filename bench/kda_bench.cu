@@ -70,6 +70,7 @@ Status get_problem(const BatchSpec& batch, MetadataMode mode, GateVariant gate, 
     config.cu_seqlens = batch.cu_seqlens;
     config.gate = gate;
     config.mode = mode;
+    config.H = bench_options().heads;
     config.dtype = shape.dtype;
     config.K = shape.K;
     config.V = shape.V;
@@ -87,7 +88,7 @@ Status get_problem(const BatchSpec& batch, MetadataMode mode, GateVariant gate, 
 WorkShape shape_of(const BatchSpec& b, const HeadShape& head = HeadShape()) {
   WorkShape s;
   s.cu_seqlens = b.cu_seqlens;
-  s.H = kHeads;
+  s.H = bench_options().heads;
   s.K = head.K;
   s.V = head.V;
   s.BT = kChunkSize;
@@ -96,8 +97,10 @@ WorkShape shape_of(const BatchSpec& b, const HeadShape& head = HeadShape()) {
 }
 
 std::string label_of(const BatchSpec& b) {
-  return "N=" + std::to_string(b.num_sequences()) + " T=" + std::to_string(b.total_tokens()) +
-         " NT=" + std::to_string(batch_num_chunks(b));
+  std::string label = "N=" + std::to_string(b.num_sequences()) + " T=" + std::to_string(b.total_tokens()) +
+                      " NT=" + std::to_string(batch_num_chunks(b));
+  if (bench_options().heads != kHeads) label += " H=" + std::to_string(bench_options().heads);
+  return label;
 }
 
 // The counters every benchmark reports (docs/benchmarks.md): per-call GPU ms and host µs, TFLOP/s and GB/s over the

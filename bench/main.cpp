@@ -29,6 +29,7 @@ void print_help() {
       "  --kda_calls=N        back-to-back calls per timed iteration (default %d)\n"
       "  --kda_warmup=N       untimed calls before timing (default %d)\n"
       "  --kda_graph          time the N calls as one captured graph instead of direct launches\n"
+      "  --kda_heads=N        heads of every benchmark's problem (default %d; for scaling studies, names unchanged)\n"
       "  --kda_output_separate  e2e benchmarks keep the output a launch of its own (the per-chunk h in memory)\n"
       "  --kda_staged         e2e benchmarks run chunk_kda_fwd's staged form (l2norm, gate, prepare apart)\n"
       "  --kda_derived_bound  derived-table benchmarks also pass the longest sequence (max_sequence_tokens)\n"
@@ -39,8 +40,9 @@ void print_help() {
       "                       warps (0, 8; default: the launcher's)\n"
       "  --kda_state_short_sequences=N  the same benchmarks force the short-sequence kernel on (1) or off (0)\n"
       "  --kda_state_fixed_share  the same benchmarks give that kernel no item counter (its plain form)\n"
+
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
-      bench_options().calls, bench_options().warmup, kDefaultMinTime);
+      bench_options().calls, bench_options().warmup, kda::bench::kHeads, kDefaultMinTime);
   benchmark::PrintDefaultHelp();
 }
 
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
     } else if (bool_flag(a, "--kda_graph")) {
       bench_options().graph = true;
     } else if (int_flag(a, "--kda_calls", &bench_options().calls) || int_flag(a, "--kda_warmup", &bench_options().warmup) ||
+               int_flag(a, "--kda_heads", &bench_options().heads) ||
                int_flag(a, "--kda_state_v_tile", &bench_options().state_v_tile) ||
                int_flag(a, "--kda_state_warps", &bench_options().state_warps) ||
                int_flag(a, "--kda_state_output_warps", &bench_options().state_output_warps) ||
@@ -103,6 +106,10 @@ int main(int argc, char** argv) {
     }
   }
   if (bench_options().calls < 1) bench_options().calls = 1;
+  if (bench_options().heads < 1) {
+    std::fprintf(stderr, "kda_bench: --kda_heads must be at least 1\n");
+    return 2;
+  }
   std::string min_time = kDefaultMinTime;
   if (!have_min_time) args.insert(args.begin() + 1, &min_time[0]);
   args.push_back(nullptr);

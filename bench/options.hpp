@@ -2,12 +2,18 @@
 // docs/benchmarks.md).
 #pragma once
 
+#include "batches.hpp"
+
 namespace kda::bench {
 
 struct BenchOptions {
   int calls = 20;      // --kda_calls=N: back-to-back calls between the two GPU events of one timed iteration
   int warmup = 3;      // --kda_warmup=N: untimed calls before the first timed iteration
   bool graph = false;  // --kda_graph: time the N calls as one captured graph (host time is still a direct call)
+  // --kda_heads=N: heads of every benchmark's problem (default the batches' 32). For studies of how a stage scales
+  // with the number of blocks at a fixed chain length (e.g. whether the state kernel is bound by L2 bandwidth);
+  // the benchmark names stay the same, the label says H
+  int heads = kHeads;
   // --kda_state_v_tile=N: V-tile width of the state_with_h stage benchmark, and of state_recurrence where the output
   // is not folded in (0 = launcher's)
   int state_v_tile = 0;
