@@ -152,9 +152,14 @@ class BenchProblem {
   // One chunk_kda_fwd call on `stream`: what the end-to-end benchmarks time (with a forced form, that form, in a
   // workspace of its own).
   Status run(hipStream_t stream) const {
+    const int regs = bench_options().state_regs_warps;  // --kda_state_regs_warps: the state launch's form
     if (forced()) {
       return detail::chunk_kda_fwd_on_path(args, forced_workspace.get(), forced_workspace.bytes(), stream,
-                                           forced_path(), forced_output());
+                                           forced_path(), forced_output(), regs);
+    }
+    if (regs != -1) {
+      return detail::chunk_kda_fwd_on_path(args, workspace.get(), workspace.bytes(), stream,
+                                           detail::ChunkKdaPath::kAuto, detail::ChunkKdaOutput::kAuto, regs);
     }
     return chunk_kda_fwd(args, workspace.get(), workspace.bytes(), stream);
   }

@@ -28,6 +28,10 @@ struct BenchOptions {
   // --kda_state_fixed_share: the same benchmarks pass the short-sequence kernel no item counter, so that it runs its
   // plain form (a fixed share of the items per block, after the long sequences; no memset before each launch)
   bool state_fixed_share = false;
+  // --kda_state_regs_warps=N: the state launch where the output is folded in (the state_recurrence stage benchmark
+  // and the end-to-end ones) forces StateRecurrenceArgs::regs_warps (0: not the register-state kernel; 2, 4, 8: it,
+  // with that many warps per block; -1 = launcher's, the default)
+  int state_regs_warps = -1;
   // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
   // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;

@@ -316,9 +316,10 @@ inline const uint32_t* chunk_kda_device_status(const void* workspace) { return s
 
 namespace detail {
 // chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path, output).total bytes.
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice), for benchmarks.
 inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
                                     hipStream_t stream, ChunkKdaPath path,
-                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto) {
+                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
   const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path, output);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
@@ -340,6 +341,8 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   const detail::ChunkKdaStageArgs s = detail::chunk_kda_stage_args(a, g, workspace, path, output);
   StateRecurrenceArgs state = s.state;
   state.short_items_taken = status + 1;  // cleared above, for this call
+  state.regs_warps = state_regs_warps;
+  if (state_regs_warps != -1) KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(state));
   if (s.inputs_fused) {
     KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
     KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));

@@ -18,6 +18,9 @@ size_t workspace_size_from_second_translation_unit(const ChunkKdaArgs& args);  /
 namespace {
 
 constexpr double kRmsBar = 5e-3;  // FLA's o / final-state bar (KDA_SPEC §6)
+// The register-state kernel against the other folded forms: the same rounded pipeline summed in another order, so
+// o and the final state differ by last-bit flips of rounded values (the stage tests' bar for rounded stages).
+constexpr double kRegisterStateBar = 2e-3;
 
 std::vector<int64_t> spec_cu(int64_t n, int64_t len) {
   std::vector<int64_t> cu;
@@ -255,13 +258,26 @@ TEST(ChunkKdaBitIdentity, RunToRunDeterministic) {
   }
 }
 
+// Raw bf16 and fp32 buffers as floats.
+std::vector<float> bf16_values(const std::vector<uint8_t>& bytes) {
+  std::vector<float> x(bytes.size() / 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = numeric::bf16_to_float(uint16_t(bytes[2 * i] | (bytes[2 * i + 1] << 8)));
+  return x;
+}
+std::vector<float> float_values(const std::vector<uint8_t>& bytes) {
+  std::vector<float> x(bytes.size() / 4);
+  std::memcpy(x.data(), bytes.data(), x.size() * 4);
+  return x;
+}
+
 // One chunk_kda_fwd call on a chosen form, in a workspace of that form's layout: o, the final state and the
 // workspace, as bytes.
 struct PathRun {
   std::vector<uint8_t> o, state, ws;
 };
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice).
 PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
-                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto) {
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
   PathRun r;
   const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path, output).total;
   DeviceBuffer ws(bytes);
@@ -270,7 +286,7 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
     EXPECT_EQ(hipMemsetAsync(dp.o.get(), 0xff, size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2, nullptr),
               hipSuccess);
   }
-  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output);
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
@@ -439,10 +455,24 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
         ASSERT_TRUE(fl.output_folded) << what;
         ASSERT_FALSE(sl.output_folded) << what;
         EXPECT_LT(fl.total, sl.total) << what << ": the folded form needs no per-chunk h";
-        const PathRun folded = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto);
+        // The folded forms that sum in the output stage's order (not the register-state kernel: see below).
+        const PathRun folded = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, /*state_regs_warps=*/0);
         const PathRun separate = run_on_path(*dp, path, detail::ChunkKdaOutput::kSeparate);
         EXPECT_EQ(folded.o, separate.o) << what << ": o";
         EXPECT_EQ(folded.state, separate.state) << what << ": final state";
+        // The register-state kernel (state_recurrence_regs_mma.hpp), where it runs: within the rounded output's bar.
+        for (int regs : {2, 4, 8}) {
+          const StateRecurrenceArgs probe = detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(),
+                                                                   path).state;
+          if (!detail::state_regs_ok(probe, regs)) continue;
+          const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs);
+          const std::string where = what + ", register state at " + std::to_string(regs) + " warps";
+          EXPECT_LE(ref::rms_relative_error(bf16_values(separate.o), bf16_values(r.o)), kRegisterStateBar)
+              << where << ": o";
+          EXPECT_LE(ref::rms_relative_error(float_values(separate.state), float_values(r.state)), kRegisterStateBar)
+              << where << ": final state";
+          EXPECT_TRUE(ref::all_finite(bf16_values(r.o))) << where;
+        }
         // The folded form's Aqk region holds hi = round(Aqk) then lo = round(Aqk - hi) of the fp32 Aqk the separate
         // form keeps (bf16 here).
         const size_t n = size_t(p.T) * p.H * dp->options.chunk_size;

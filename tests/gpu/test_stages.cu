@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "device_problem.hpp"
@@ -402,6 +403,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
   // contiguous (4-byte pair stores) and two bytes off (element stores). Any bf16 tensor serves as qg here: the
   // normalised q stands in.
   if (K == 64 || K == 128) {
+    std::map<int, std::vector<uint8_t>> regs_bytes;  // the register-state kernel's o and final state, per warp count
     for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
       auto m = device_metadata(p, BT, mode);
       const int64_t h_rows = mode == MetadataMode::kHostBuilder ? nt : max_num_chunks(p.T, p.num_sequences(), BT);
@@ -459,6 +461,42 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           EXPECT_EQ(ht_f.download_bytes(), want_state) << where << ": final state differs";
         }
       }
+#if defined(KDA_PLATFORM_CUDA)
+      // The register-state kernel (state_recurrence_regs_mma.hpp): its sums run in another order, so o and the final
+      // state agree with the output stage's within the rounded stages' bar, not bit for bit; both metadata modes give
+      // the same bits (checked against the builder mode's run).
+      const std::vector<float> want_o_values = download_dtype(o_sep.get(), T * H * V, io);
+      const std::vector<float> want_state_values = download_floats(ht_sep.get(), state_bytes / 4);
+      for (int regs : {2, 4, 8}) {
+        if (V % (16 * regs) != 0) continue;  // refused (StagesValidation)
+        DeviceBuffer o_r(T * H * V * 2), ht_r(state_bytes);
+        EXPECT_EQ(hipMemsetAsync(o_r.get(), 0xff, T * H * V * 2, nullptr), hipSuccess);
+        StateRecurrenceArgs f = a;
+        f.h = nullptr;
+        f.v_new = nullptr;
+        f.state.final_state = ht_r.as<float>();
+        f.qg = qn.get();
+        f.Aqk_hi = aqk_hi.get();
+        f.Aqk_lo = aqk_lo.get();
+        f.o = contiguous_view(o_r.get(), p.H, p.V);
+        f.scale = p.scale;
+        f.regs_warps = regs;
+        EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
+        const std::string where = tag + "folded output, register state, " + std::to_string(regs) + " warps, " +
+                                  mode_name(mode);
+        expect_near(want_o_values, download_dtype(o_r.get(), T * H * V, io), kRoundedStageBar, where + " o");
+        expect_near(want_state_values, download_floats(ht_r.get(), state_bytes / 4), kRoundedStageBar,
+                    where + " final state");
+        std::vector<uint8_t> bytes = o_r.download_bytes(), state = ht_r.download_bytes();
+        bytes.insert(bytes.end(), state.begin(), state.end());
+        auto& first = regs_bytes[regs];
+        if (first.empty()) {
+          first = std::move(bytes);
+        } else {
+          EXPECT_EQ(first, bytes) << where << ": differs from the builder tables' run";
+        }
+      }
+#endif
     }
   }
 
@@ -670,6 +708,18 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a.v_tile = 64;
   a.output_warps = 8;
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "output_warps: 8 needs", "64 columns");
+  // The register-state kernel: 2, 4 or 8 warps, the output folded in without h or v_new, o in 16-byte rows.
+  a = folded();
+  a.regs_warps = 3;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_warps: must be -1, 0, 2, 4 or 8", "3 warps");
+  a = folded();
+  a.regs_warps = 4;
+  a.h = bed.slice(6);
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_warps: needs", "with h");
+  a = folded();
+  a.regs_warps = 4;
+  a.o.data = static_cast<char*>(a.o.data) + 2;
+  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_warps: needs", "o off 16 bytes");
   a = bed.state_args();
   a.v_tile = 32;
   a.output_warps = 8;

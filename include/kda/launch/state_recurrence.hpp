@@ -9,6 +9,7 @@
 #include "kda/launch/stage_common.hpp"
 #include "kda/state_recurrence.hpp"
 #include "kda/state_recurrence_mma.hpp"
+#include "kda/state_recurrence_regs_mma.hpp"
 #include "kda/state_recurrence_short_mma.hpp"
 
 namespace kda {
@@ -65,6 +66,12 @@ struct StateRecurrenceArgs {
   // chains run first, then the short items, a fixed share per block. chunk_kda_fwd passes a word of its workspace that
   // it clears with its status word. Either gives the same bits.
   unsigned* short_items_taken = nullptr;
+  // The output folded in without h or v_new, on NVIDIA: the state held transposed in each warp's registers
+  // (state_recurrence_regs_mma.hpp; 16 columns of V per warp, no shared-memory round trip of S or v_new). -1 = the
+  // launcher's choice (detail::state_regs_warps_used), 0 = never, 2, 4 or 8 = that form with that many warps per
+  // block (needs what detail::state_regs_ok lists). Its o and final state agree with the other forms within the
+  // output's tolerance, not bit for bit (its sums run in another order); both metadata modes still give the same bits.
+  int regs_warps = -1;
 };
 
 // Whether a has the output folded in.
@@ -174,6 +181,30 @@ inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
          !every_sequence_short(m);
 }
 
+// Whether the register-state kernel (state_recurrence_regs_mma.hpp) can run a with `warps` warps per block: NVIDIA,
+// the output folded in with neither h nor v_new written, K in {64, 128}, V a multiple of the block's 16 x warps
+// columns, chunks of 32 or 64, and o stored in 16-byte pieces (16-byte aligned, strides multiples of 8 elements).
+inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
+  const StageGeometry& g = a.geometry;
+  const bool o_vectors = reinterpret_cast<uintptr_t>(a.o.data) % 16 == 0 && a.o.token_stride % 8 == 0 &&
+                         a.o.head_stride % 8 == 0;
+#if defined(KDA_PLATFORM_CUDA)
+  constexpr bool kNvidia = true;
+#else
+  constexpr bool kNvidia = false;
+#endif
+  return kNvidia && state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
+         (g.head_dim_k == 64 || g.head_dim_k == 128) && (warps == 2 || warps == 4 || warps == 8) &&
+         g.head_dim_v % (16 * warps) == 0 && (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
+}
+
+// Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps, else none (the
+// other forms stay the default until the register form has been measured against them on the GPU).
+inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
+  if (a.regs_warps >= 0) return a.regs_warps;
+  return 0;
+}
+
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
   KDA_REQUIRE(a.warps == 0 || a.warps == 4 || a.warps == 8, "warps: must be 0, 4 or 8");
@@ -192,6 +223,11 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
               "output_warps: must be -1, 0 or 8");
   KDA_REQUIRE(a.output_warps <= 0 || (state_folds_output(a) && state_v_tile(a) == 32 && kNamedBarriers),
               "output_warps: 8 needs the output folded in, a V-tile of 32 columns and NVIDIA");
+  KDA_REQUIRE(a.regs_warps == -1 || a.regs_warps == 0 || a.regs_warps == 2 || a.regs_warps == 4 || a.regs_warps == 8,
+              "regs_warps: must be -1, 0, 2, 4 or 8");
+  KDA_REQUIRE(a.regs_warps <= 0 || state_regs_ok(a, a.regs_warps),
+              "regs_warps: needs NVIDIA, the output folded in without h or v_new, head_dim_k 64 or 128, head_dim_v a "
+              "multiple of 16 x regs_warps, chunk_size 32 or 64 and o in 16-byte aligned rows");
   KDA_REQUIRE(a.short_sequences >= -1 && a.short_sequences <= 1, "short_sequences: must be -1, 0 or 1");
   KDA_REQUIRE(a.short_sequences != 1 || state_short_kernel_ok(a),
               "short_sequences: 1 needs the output folded in without h or v_new, head_dim_k 64 or 128, chunk_size 64 "
@@ -221,6 +257,32 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
   kKernel<<<static_cast<unsigned>(blocks), kThreads, kShared, stream>>>(p);
   KDA_RETURN_IF_LAUNCH_ERROR();
   return Status();
+}
+
+// The register-state kernel (NVIDIA): one block of Warps warps per (sequence, head, 16 Warps columns of V).
+template <typename E, int BT, int K, int Warps>
+inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool beside_prepare,
+                                hipStream_t stream) {
+#if defined(KDA_PLATFORM_CUDA)
+  constexpr auto kKernel = kernels::state_recurrence_regs_kernel<E, BT, K, Warps>;
+  constexpr size_t kShared = kernels::StateRegsLayout<BT, K, Warps>::kBytes;
+  KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
+  const unsigned blocks = static_cast<unsigned>(sequences_heads * (p.head_dim_v / (16 * Warps)));
+  if (beside_prepare) return launch_programmatic<kKernel>(blocks, Warps * kWarpSize, kShared, stream, p);
+  kKernel<<<blocks, Warps * kWarpSize, kShared, stream>>>(p);
+  KDA_RETURN_IF_LAUNCH_ERROR();
+  return Status();
+#else
+  (void)p, (void)sequences_heads, (void)beside_prepare, (void)stream;
+  return Status(StatusCode::kUnsupported, "regs_warps: the register-state kernel is NVIDIA only");
+#endif
+}
+template <typename E, int BT, int K>
+inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int warps, int64_t sequences_heads,
+                                bool beside_prepare, hipStream_t stream) {
+  if (warps == 8) return launch_state_regs<E, BT, K, 8>(p, sequences_heads, beside_prepare, stream);
+  if (warps == 4) return launch_state_regs<E, BT, K, 4>(p, sequences_heads, beside_prepare, stream);
+  return launch_state_regs<E, BT, K, 2>(p, sequences_heads, beside_prepare, stream);
 }
 
 // The output folded in (fold) is instantiated only for the tiles the launcher picks (8 warps, 32 or 64 columns;
@@ -327,6 +389,10 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     constexpr int BT = decltype(bt)::value;
     const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
     const bool fold = state_folds_output(a);
+    if (const int regs = state_regs_warps_used(a); regs > 0) {
+      return g.head_dim_k == 64 ? launch_state_regs<E, BT, 64>(p, regs, sequences_heads, beside_prepare, stream)
+                                : launch_state_regs<E, BT, 128>(p, regs, sequences_heads, beside_prepare, stream);
+    }
     // The short-sequence kernel takes the sequences of at most kShortStateRows tokens, state_long_items_kernel the
     // rest; where every sequence is that short (T itself is), the latter is not launched.
     if constexpr (BT == 64) {
