@@ -15,7 +15,9 @@
 // be unaligned) the state writes h and v_new and a separate output launch follows (chunk_kda_output_folded). Where
 // sequences average at most 16 tokens (speculative and decode batches) the folded state stage is itself two
 // launches: a kernel of its own for the sequences of at most 16 tokens and the general one for the rest
-// (detail::state_short_kernel_used). Chunk tables: the caller's (args.metadata with tables and host NT) or derived on
+// (detail::state_short_kernel_used). Where many long sequences would run the 64-column tiles, the folded state
+// stage runs the register-state kernel instead (NVIDIA; detail::state_regs_warps_used), whose o and final state
+// agree with the other kernels' within rounding, not bit for bit. Chunk tables: the caller's (args.metadata with tables and host NT) or derived on
 // the device once per call and shared by all launches. Both metadata paths run the same kernels, so outputs are
 // bit-identical.
 //

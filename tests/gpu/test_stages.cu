@@ -421,6 +421,19 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       std::vector<float> lo_host(R.Aqk.size());
       for (size_t i = 0; i < lo_host.size(); ++i) lo_host[i] = R.Aqk[i] - ref::round_io(io, R.Aqk[i]);
       DeviceBuffer aqk_hi = upload_dtype(R.Aqk, io), aqk_lo = upload_dtype(lo_host, io);
+      // The state launch with the output folded in (neither h nor v_new): o at o_at, the final state at ht.
+      auto folded_args = [&](void* o_at, float* ht) {
+        StateRecurrenceArgs f = a;
+        f.h = nullptr;
+        f.v_new = nullptr;
+        f.state.final_state = ht;
+        f.qg = qn.get();
+        f.Aqk_hi = aqk_hi.get();
+        f.Aqk_lo = aqk_lo.get();
+        f.o = contiguous_view(o_at, p.H, p.V);
+        f.scale = p.scale;
+        return f;
+      };
       // short_sequences 1: the short-sequence kernel takes the sequences of at most 16 tokens and
       // state_long_items_kernel, launched first, the rest (chunks of 64 only); with an item counter (taken) the short
       // kernel's blocks take items as they get to them, without it a fixed share each. 0: the general kernel takes all.
@@ -438,15 +451,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
           EXPECT_EQ(hipMemsetAsync(taken.get(), 0, sizeof(unsigned), nullptr), hipSuccess);
           EXPECT_EQ(hipMemsetAsync(o_f.get(), 0xff, T * H * V * 2 + 16, nullptr), hipSuccess);
           char* o_at = o_f.as<char>() + offset;
-          StateRecurrenceArgs f = a;
-          f.h = nullptr;
-          f.v_new = nullptr;
-          f.state.final_state = ht_f.as<float>();
-          f.qg = qn.get();
-          f.Aqk_hi = aqk_hi.get();
-          f.Aqk_lo = aqk_lo.get();
-          f.o = contiguous_view(static_cast<void*>(o_at), p.H, p.V);
-          f.scale = p.scale;
+          StateRecurrenceArgs f = folded_args(o_at, ht_f.as<float>());
           f.v_tile = v_tile;
           f.warps = 8;
           f.output_warps = form.output_warps;
@@ -471,15 +476,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
         if (V % (16 * regs) != 0) continue;  // refused (StagesValidation)
         DeviceBuffer o_r(T * H * V * 2), ht_r(state_bytes);
         EXPECT_EQ(hipMemsetAsync(o_r.get(), 0xff, T * H * V * 2, nullptr), hipSuccess);
-        StateRecurrenceArgs f = a;
-        f.h = nullptr;
-        f.v_new = nullptr;
-        f.state.final_state = ht_r.as<float>();
-        f.qg = qn.get();
-        f.Aqk_hi = aqk_hi.get();
-        f.Aqk_lo = aqk_lo.get();
-        f.o = contiguous_view(o_r.get(), p.H, p.V);
-        f.scale = p.scale;
+        StateRecurrenceArgs f = folded_args(o_r.get(), ht_r.as<float>());
         f.regs_warps = regs;
         EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
         const std::string where = tag + "folded output, register state, " + std::to_string(regs) + " warps, " +
@@ -663,6 +660,40 @@ TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
   expect_refused(launch_chunk_prepare_inputs(b, nullptr, 0, nullptr), "short_chunks: 1 needs chunk_size 64",
                  "short path at chunks of 32");
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+}
+
+// Where the launcher runs the register-state kernel by itself (detail::state_regs_warps_used, a host rule: no launch
+// here): batches of long sequences with enough (sequence, head) items for the other kernel's 64-column tiles, e.g.
+// 4 x 4096 or 16 x 1024 tokens at 32 heads; not one long sequence, not decodes beside prefills, not where a caller
+// forces a form, and only on NVIDIA.
+TEST(StagesValidation, RegisterStateKernelWhereItMeasuredFaster) {
+  ASSERT_TRUE(have_gpu());
+  const ValidationBed bed;
+  StateRecurrenceArgs a = bed.state_args();
+  a.h = nullptr;
+  a.v_new = nullptr;
+  a.qg = bed.slice(12);
+  a.Aqk_hi = bed.slice(13);
+  a.Aqk_lo = bed.slice(13) + 32768;
+  a.geometry.num_heads = 32;
+  a.o = contiguous_view(static_cast<void*>(bed.slice(14)), 32, bed.p.V);
+  auto chosen = [&](int64_t sequences, int64_t tokens) {
+    StateRecurrenceArgs b = a;
+    b.geometry.metadata.num_sequences = sequences;
+    b.geometry.metadata.total_tokens = tokens;
+    return detail::state_regs_warps_used(b);
+  };
+  const int regs = kda::detail::kNamedBarriers ? kernels::kStateRegsWarps : 0;  // NVIDIA only
+  EXPECT_EQ(chosen(4, 4 * 4096), regs) << "4 x 4096 tokens";
+  EXPECT_EQ(chosen(16, 16 * 1024), regs) << "16 x 1024 tokens";
+  EXPECT_EQ(chosen(1, 8192), 0) << "one long sequence: 32-column tiles with output warps";
+  EXPECT_EQ(chosen(64, 64 * 100), 0) << "short sequences on average (decodes beside prefills)";
+  EXPECT_EQ(chosen(256, 256 * 8), 0) << "the short-sequence kernel's batch";
+  a.v_tile = 64;
+  EXPECT_EQ(chosen(4, 4 * 4096), 0) << "a forced V-tile keeps the other kernel";
+  a.v_tile = 0;
+  a.o.data = bed.slice(14) + 2;  // o rows not in 16-byte pieces
+  EXPECT_EQ(chosen(4, 4 * 4096), 0) << "o two bytes off";
 }
 
 // The output folded into the state launch: only K in {64, 128} and the 8-warp 32- or 64-column tiles, with qg and

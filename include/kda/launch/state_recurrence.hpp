@@ -198,11 +198,20 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
          g.head_dim_v % (16 * warps) == 0 && (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
 }
 
-// Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps, else none (the
-// other forms stay the default until the register form has been measured against them on the GPU).
+// Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps; else none where
+// a caller forces another kernel's form (v_tile, warps, output_warps, short_sequences: tests, tuning), and
+// kStateRegsWarps (128 columns per block) where the other kernel would run its 64-column tiles (enough (sequence,
+// head) items to fill the GPU) on a batch of long sequences (averaging at least four chunks). There it measured faster
+// (H100, round 35, call GJ: state stage varlen16 0.479 -> 0.416 ms, 4 x 4096 tokens 0.493 -> 0.378; end to end -5.7
+// and -6.3 %); it lost on mixed64 (decodes beside prefills: +21 %, the decodes' fixed cost) and on a few long
+// sequences (2.1-2.4x: with a handful of blocks each warp's ~5 us chunk step is the cost, against ~2 us for the
+// 32-column tiles with output warps).
 inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
   if (a.regs_warps >= 0) return a.regs_warps;
-  return 0;
+  if (a.v_tile != 0 || a.warps != 0 || a.output_warps != -1 || a.short_sequences == 1) return 0;
+  const StageGeometry& g = a.geometry;
+  if (state_short_kernel_used(a) || state_v_tile(a) != 64 || !long_sequence_batch(g.metadata, g.chunk_size)) return 0;
+  return state_regs_ok(a, kernels::kStateRegsWarps) ? kernels::kStateRegsWarps : 0;
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
