@@ -541,6 +541,17 @@ struct ValidationBed {
     a.v_new = slice(10);
     return a;
   }
+  // state_args() with the output folded in (neither h nor v_new written): qg, Aqk's hi and lo, and o of `heads` heads.
+  StateRecurrenceArgs folded_state_args(int heads) const {
+    StateRecurrenceArgs a = state_args();
+    a.h = nullptr;
+    a.v_new = nullptr;
+    a.qg = slice(12);
+    a.Aqk_hi = slice(13);
+    a.Aqk_lo = slice(13) + 32768;
+    a.o = contiguous_view(static_cast<void*>(slice(14)), heads, p.V);
+    return a;
+  }
   // launch_chunk_prepare_inputs' arguments that pass its checks (lower-bound gate: no A_log needed).
   ChunkPrepareInputsArgs prepare_inputs_args() const {
     ChunkPrepareInputsArgs a;
@@ -669,14 +680,8 @@ TEST(StagesValidation, ChunkPrepareInputsRefusesWhatItCannotRun) {
 TEST(StagesValidation, RegisterStateKernelWhereItMeasuredFaster) {
   ASSERT_TRUE(have_gpu());
   const ValidationBed bed;
-  StateRecurrenceArgs a = bed.state_args();
-  a.h = nullptr;
-  a.v_new = nullptr;
-  a.qg = bed.slice(12);
-  a.Aqk_hi = bed.slice(13);
-  a.Aqk_lo = bed.slice(13) + 32768;
+  StateRecurrenceArgs a = bed.folded_state_args(32);
   a.geometry.num_heads = 32;
-  a.o = contiguous_view(static_cast<void*>(bed.slice(14)), 32, bed.p.V);
   auto chosen = [&](int64_t sequences, int64_t tokens) {
     StateRecurrenceArgs b = a;
     b.geometry.metadata.num_sequences = sequences;
@@ -702,16 +707,7 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   ASSERT_TRUE(have_gpu());
   const ValidationBed bed;
   const int K = bed.p.K, V = bed.p.V, H = bed.p.H;
-  auto folded = [&]() {
-    StateRecurrenceArgs a = bed.state_args();
-    a.h = nullptr;
-    a.v_new = nullptr;
-    a.qg = bed.slice(12);
-    a.Aqk_hi = bed.slice(13);
-    a.Aqk_lo = bed.slice(13) + 32768;
-    a.o = contiguous_view(static_cast<void*>(bed.slice(14)), H, V);
-    return a;
-  };
+  auto folded = [&]() { return bed.folded_state_args(H); };
   StateRecurrenceArgs a = folded();
   a.v_tile = 16;
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "V-tile of 32 or 64 columns and 8 warps",
