@@ -16,9 +16,15 @@
 // (w, kg, qg, Aqk's hi and lo, the block's u columns), two buffers deep, one barrier per chunk. o^T leaves through a
 // small per-warp tile in shared memory (stmatrix .trans writes it as rows of o) and 16-byte stores.
 //
-// One block of Warps warps per (sequence, head, 16 Warps columns of V). Requirements (the launcher checks): K in
-// {64, 128}; V a multiple of 16 Warps; o 16-byte aligned with token and head strides multiples of 8 elements; the
-// operands vector aligned (every chunk_kda_fwd workspace is).
+// KSplit = 2 (StateRecurrenceArgs::regs_k_split): two warps share each 16 columns, each holding half of K's rows, so
+// that a step's products per warp halve and a block has twice the warps for its columns. Each warp forms partial sums
+// of v_new^T and o^T over its half; the pair swaps them through shared memory (one named barrier per pair and step):
+// both add the whole v_new^T (a + b = b + a, so the same bits), and each finishes half of o's row tiles.
+//
+// One block of Warps warps per (sequence, head, 16 Warps / KSplit columns of V). Requirements (the launcher checks):
+// K in {64, 128}; V a multiple of 16 Warps / KSplit; KSplit 2 only with 2 or 4 warps (shared memory); o 16-byte
+// aligned with token and head strides multiples of 8 elements; the operands vector aligned (every chunk_kda_fwd
+// workspace is).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -31,19 +37,27 @@ namespace kda::kernels {
 constexpr int kStateRegsWarps = 8;
 
 // Shared memory of state_recurrence_regs_kernel (dynamic): two buffers of the chunk's shared operands, exp2(G_last)
-// for each, and one o^T tile per warp.
-template <int BT, int K, int Warps>
+// for each, one o^T tile per warp and, with K split, each warp's partial sums for its partner.
+template <int BT, int K, int Warps, int KSplit = 1>
 struct StateRegsLayout {
+  static constexpr int kCols = 16 * Warps / KSplit;  // columns of V per block
   static constexpr int kLd = K + 8;             // rows of w, kg, qg (16-bit; padded against bank conflicts)
   static constexpr int kLdA = BT + 8;           // rows of Aqk's hi and lo
-  static constexpr int kLdU = 16 * Warps + 8;   // rows of the block's u columns
+  static constexpr int kLdU = kCols + 8;        // rows of the block's u columns
   static constexpr int kLdO = 16 + 8;           // rows of a warp's o tile
   static constexpr int kW = 0, kKg = kW + BT * kLd, kQg = kKg + BT * kLd, kHi = kQg + BT * kLd, kLo = kHi + BT * kLdA,
                        kU = kLo + BT * kLdA;
   static constexpr int kBufferElems = kU + BT * kLdU;  // 16-bit elements per buffer
   static constexpr size_t kDecayOffset = 2 * sizeof(uint16_t) * size_t(kBufferElems);
   static constexpr size_t kOutOffset = kDecayOffset + 2 * sizeof(float) * K;
-  static constexpr size_t kBytes = kOutOffset + sizeof(uint16_t) * size_t(Warps) * BT * kLdO;
+  static constexpr size_t kExchangeOffset = kOutOffset + sizeof(uint16_t) * size_t(Warps) * BT * kLdO;
+  // With K split over KSplit = 2 warps per column group, each warp's partial sums for its partner: v_new^T (every row
+  // tile) and o^T (the partner's half of the row tiles), fp32 in fragment order.
+  static constexpr int kExchangeTiles = BT / 16 + BT / 32;
+  static constexpr size_t kExchangeFloats = KSplit == 1 ? 0 : size_t(kExchangeTiles) * 8 * 32;  // per warp
+  static constexpr size_t kBytes = kExchangeOffset + sizeof(float) * size_t(Warps) * kExchangeFloats;
+  static_assert(KSplit == 1 || KSplit == 2, "K whole or in two halves");
+  static_assert(Warps % KSplit == 0, "whole column groups");
   static_assert(kBufferElems % 8 == 0 && kLd % 8 == 0 && kLdA % 8 == 0 && kLdU % 8 == 0 && kLdO % 8 == 0,
                 "16-byte aligned rows and buffers");
 };
@@ -101,19 +115,24 @@ __device__ __forceinline__ void store_transposed(uint16_t* tile, int ld, const m
 }
 }  // namespace state_regs
 
-template <typename E, int BT, int K, int Warps>
+template <typename E, int BT, int K, int Warps, int KSplit = 1>
 __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
-  using L = StateRegsLayout<BT, K, Warps>;
-  constexpr int kThreads = Warps * kWarpSize, kCols = 16 * Warps;
+  using L = StateRegsLayout<BT, K, Warps, KSplit>;
+  constexpr int kThreads = Warps * kWarpSize, kCols = L::kCols;
   constexpr int kKT = K / 16, kRT = BT / 16;  // 16-wide tiles of K and of the chunk
+  constexpr int kKTw = kKT / KSplit;          // this warp's tiles of K
   constexpr int kLd = L::kLd, kLdA = L::kLdA, kLdU = L::kLdU, kLdO = L::kLdO;
   static_assert(m::kAccPairsInRows, "mma.sync layouts");
+  static_assert(kKT % KSplit == 0 && kRT % 2 == 0, "K and the chunk in whole halves of tiles");
   extern __shared__ __align__(16) unsigned char regs_smem[];
   uint16_t* const buffers = reinterpret_cast<uint16_t*>(regs_smem);
   float* const decay_s = reinterpret_cast<float*>(regs_smem + L::kDecayOffset);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  // Warps (group, half): the group's 16 columns of V, over K rows [half K / KSplit, (half + 1) K / KSplit).
+  const int group = warp / KSplit, half = warp % KSplit, kt0 = half * kKTw;
   uint16_t* const out_s = reinterpret_cast<uint16_t*>(regs_smem + L::kOutOffset) + warp * BT * kLdO;
+  float* const exchange_s = reinterpret_cast<float*>(regs_smem + L::kExchangeOffset);
 
   const int num_v_tiles = p.head_dim_v / kCols;
   const unsigned item = blockIdx.x;
@@ -122,22 +141,23 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
   const int64_t n = int64_t(item) / (int64_t(num_v_tiles) * p.num_heads);
   if (n >= p.chunks.num_sequences) return;
   const int V = p.head_dim_v;
-  const int v_block = vt * kCols, v_warp = v_block + 16 * warp;  // the block's and this warp's first column
+  const int v_block = vt * kCols, v_warp = v_block + 16 * group;  // the block's and this warp's first column
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);
   const int64_t bos = seq.bos, eos = seq.eos, first_chunk = seq.first_chunk, nt = seq.nt, num_chunks = seq.num_chunks;
 
-  // S^T [16 columns of V, K] of this warp: ST[kt] holds rows v_warp .. +15, columns (state rows d) 16 kt .. +15.
-  m::Acc ST[kKT];
+  // S^T [16 columns of V, this warp's K rows]: ST[kt] holds rows v_warp .. +15, columns (state rows d)
+  // 16 (kt0 + kt) .. +15.
+  m::Acc ST[kKTw];
 #pragma unroll
-  for (int kt = 0; kt < kKT; ++kt) m::zero(ST[kt]);
+  for (int kt = 0; kt < kKTw; ++kt) m::zero(ST[kt]);
   auto for_each_state = [&](auto&& f) {  // f(element, state row d, column v)
 #pragma unroll
-    for (int kt = 0; kt < kKT; ++kt) {
+    for (int kt = 0; kt < kKTw; ++kt) {
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) {
         const m::Coord c = m::acc_coord(lane, e);
-        f(ST[kt].x[e], kt * 16 + c.col, v_warp + c.row);
+        f(ST[kt].x[e], (kt0 + kt) * 16 + c.col, v_warp + c.row);
       }
     }
   };
@@ -207,6 +227,22 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       if (d < K) decay_s[b * K + d] = detail::decay_exp2(glast[x]);
     }
   };
+  // The row tiles of o this warp finishes: all of them, or with K split half of them each, balanced over Aqk's lower
+  // block triangle (four tiles: half 0 finishes 0 and 3, half 1 finishes 1 and 2; two tiles: one each).
+  auto finishes = [&](int rt, int which) {
+    if constexpr (KSplit == 1) {
+      return true;
+    } else {
+      return (kRT == 2 ? rt : (rt % 2) ^ int(rt >= kRT / 2)) == which;
+    }
+  };
+  // With K split: the exchange slots of warp w_, in fragment order (lane-consecutive floats: no bank conflicts):
+  // tiles 0 .. kRT - 1 hold v_new^T's row tiles, then o^T's tiles for the partner, tile rt at kRT + rt / 2 (each half
+  // finishes one tile of every pair rt / 2).
+  auto slot = [&](int w_, int tile, int e) {
+    return exchange_s + (size_t(w_) * L::kExchangeTiles + tile) * 256 + e * 32 + lane;
+  };
+  auto o_slot = [&](int rt) { return kRT + rt / 2; };
 
   // Launched beside chunk_kda_fwd's prepare, the block has its initial state; from here on it reads what the prepare
   // wrote (a no-op for a plain launch).
@@ -224,9 +260,9 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     }
     const int b = int(c % 2);
     const int64_t start = bos + c * BT;
-    const int length = chunk_length(c), row_tiles = (length + 15) / 16;
+    const int length = chunk_length(c);
     // Chunk c's copies are in (this thread's); the barrier publishes everyone's, and says that every warp is done
-    // with chunk c - 1, whose buffer the next copies take.
+    // with chunk c - 1, whose buffer (and exchange slots) the next copies take.
     detail::copy16_async_wait();
     __syncthreads();
     if (c + 1 < num_chunks) issue_chunk(c + 1, 1 - b);
@@ -236,26 +272,57 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     const uint16_t* qg_s = buf + L::kQg;
     const uint16_t* hi_s = buf + L::kHi;
     const uint16_t* lo_s = buf + L::kLo;
-    const uint16_t* u_s = buf + L::kU + 16 * warp;
+    const uint16_t* u_s = buf + L::kU + 16 * group;
 
-    // v_new^T = u^T - round(S)^T w^T and o^T = round(S)^T qg^T, over K in order, from the same A operands.
+    // Every row tile runs, whatever the chunk's length: rows past it are zeros and add nothing (a test of the length
+    // per tile made each tile's products a branch of their own, whose B loads could not be issued ahead of them).
+    // The launcher runs this kernel on long sequences, whose chunks are full but for the last.
+    // v_new^T = u^T - round(S)^T w^T and o^T = round(S)^T qg^T, over this warp's K in order, from the same A operands
+    // (with K split, half 0 starts from u^T and half 1 from zero).
     m::Acc VN[kRT], O[kRT];
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-      const m::FragA ut = m::load_a_transposed(&u_s[rt * 16 * kLdU], kLdU, lane);  // (v, token) = u[token][v]
+      if (half == 0) {
+        const m::FragA ut = m::load_a_transposed(&u_s[rt * 16 * kLdU], kLdU, lane);  // (v, token) = u[token][v]
 #pragma unroll
-      for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] = numeric::to_float(E{ut.x[e]});
+        for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] = numeric::to_float(E{ut.x[e]});
+      } else {
+        m::zero(VN[rt]);
+      }
       m::zero(O[rt]);
     }
 #pragma unroll
-    for (int kt = 0; kt < kKT; ++kt) {
+    for (int kt = 0; kt < kKTw; ++kt) {
       const m::FragA a = state_regs::round_to_a<E>(ST[kt]);
       const m::FragA neg = state_regs::negated(a);
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt) {
-        if (rt >= row_tiles) continue;  // uniform over the block
-        m::mma<E>(VN[rt], neg, m::load_b_transposed(&w_s[rt * 16 * kLd + kt * 16], kLd, lane));
-        m::mma<E>(O[rt], a, m::load_b_transposed(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane));
+        m::mma<E>(VN[rt], neg, m::load_b_transposed(&w_s[rt * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
+        m::mma<E>(O[rt], a, m::load_b_transposed(&qg_s[rt * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
+      }
+    }
+    if constexpr (KSplit == 2) {
+      // The partner's partial sums: all of v_new^T, and o^T's tiles this warp finishes. a + b is b + a in IEEE
+      // arithmetic, so both halves hold the same v_new^T bits.
+      const int partner = warp ^ 1;
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, rt, e) = VN[rt].x[e];
+        if (!finishes(rt, half)) {
+#pragma unroll
+          for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, o_slot(rt), e) = O[rt].x[e];
+        }
+      }
+      detail::named_barrier_sync(1 + group, 2 * kWarpSize);
+#pragma unroll
+      for (int rt = 0; rt < kRT; ++rt) {
+#pragma unroll
+        for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] += *slot(partner, rt, e);
+        if (finishes(rt, half)) {
+#pragma unroll
+          for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] += *slot(partner, o_slot(rt), e);
+        }
       }
     }
     // v_new^T rounded: the A operand of Aqk's and the update's products.
@@ -265,7 +332,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     // o^T = scale (qg round(S))^T + v_new^T Aqk^T (Aqk as hi + lo, lower block triangle), then out through out_s.
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-      if (rt >= row_tiles) continue;
+      if (!finishes(rt, half)) continue;  // compile-time for KSplit 1, uniform over the warp for 2
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] *= p.scale;
 #pragma unroll
@@ -275,13 +342,13 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       }
       state_regs::store_transposed<E>(&out_s[rt * 16 * kLdO], kLdO, O[rt], lane);
     }
-    // S^T = S^T diag(exp2(G_last)) + v_new^T kg.
+    // S^T = S^T diag(exp2(G_last)) + v_new^T kg, over this warp's K rows.
     const float* decay = decay_s + b * K;
 #pragma unroll
-    for (int kt = 0; kt < kKT; ++kt) {
+    for (int kt = 0; kt < kKTw; ++kt) {
       const m::Coord c0 = m::acc_coord(lane, 0);
-      const float2 lo_pair = *reinterpret_cast<const float2*>(&decay[kt * 16 + c0.col]);
-      const float2 hi_pair = *reinterpret_cast<const float2*>(&decay[kt * 16 + c0.col + 8]);
+      const float2 lo_pair = *reinterpret_cast<const float2*>(&decay[(kt0 + kt) * 16 + c0.col]);
+      const float2 hi_pair = *reinterpret_cast<const float2*>(&decay[(kt0 + kt) * 16 + c0.col + 8]);
       ST[kt].x[0] *= lo_pair.x;
       ST[kt].x[1] *= lo_pair.y;
       ST[kt].x[2] *= lo_pair.x;
@@ -292,14 +359,14 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       ST[kt].x[7] *= hi_pair.y;
 #pragma unroll
       for (int st = 0; st < kRT; ++st) {
-        if (st >= row_tiles) continue;
-        m::mma<E>(ST[kt], VA[st], m::load_b(&kg_s[st * 16 * kLd + kt * 16], kLd, lane));
+        m::mma<E>(ST[kt], VA[st], m::load_b(&kg_s[st * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
       }
     }
-    // o's rows of this chunk: 16 columns (32 bytes) per token row of this warp's tile.
+    // o's rows of this chunk that this warp finished: 16 columns (32 bytes) per token row of its tile.
     __syncwarp();
     for (int e = lane; e < length * 2; e += kWarpSize) {
       const int i = e / 2, part = (e % 2) * 8;
+      if (!finishes(i / 16, half)) continue;
       *reinterpret_cast<uint4*>(&o_out[detail::element_offset(p.o, start + i, h, v_warp + part)]) =
           *reinterpret_cast<const uint4*>(&out_s[i * kLdO + part]);
     }

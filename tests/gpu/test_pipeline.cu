@@ -275,9 +275,11 @@ std::vector<float> float_values(const std::vector<uint8_t>& bytes) {
 struct PathRun {
   std::vector<uint8_t> o, state, ws;
 };
-// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice).
+// state_regs_warps, state_regs_k_split: StateRecurrenceArgs::regs_warps and regs_k_split of the state launch (-1, 0:
+// the launcher's choice).
 PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
-                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1,
+                    int state_regs_k_split = 0) {
   PathRun r;
   const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path, output).total;
   DeviceBuffer ws(bytes);
@@ -286,7 +288,8 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
     EXPECT_EQ(hipMemsetAsync(dp.o.get(), 0xff, size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2, nullptr),
               hipSuccess);
   }
-  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps);
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps,
+                                                 state_regs_k_split);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
@@ -463,12 +466,13 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
         EXPECT_EQ(folded.o, separate.o) << what << ": o";
         EXPECT_EQ(folded.state, separate.state) << what << ": final state";
         // The register-state kernel (state_recurrence_regs_mma.hpp), where it runs: within the rounded output's bar.
-        for (int regs : {2, 4, 8}) {
+        for (auto [regs, split] : {std::pair{2, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}}) {
           const StateRecurrenceArgs probe = detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(),
                                                                    path).state;
-          if (!detail::state_regs_ok(probe, regs)) continue;
-          const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs);
-          const std::string where = what + ", register state at " + std::to_string(regs) + " warps";
+          if (!detail::state_regs_ok(probe, regs, split)) continue;
+          const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs, split);
+          const std::string where = what + ", register state at " + std::to_string(regs) + " warps, K split " +
+                                    std::to_string(split);
           EXPECT_LE(ref::rms_relative_error(bf16_values(separate.o), bf16_values(r.o)), kRegisterStateBar)
               << where << ": o";
           EXPECT_LE(ref::rms_relative_error(float_values(separate.state), float_values(r.state)), kRegisterStateBar)
