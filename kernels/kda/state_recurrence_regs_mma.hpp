@@ -75,6 +75,32 @@ KDA_HOST_DEVICE constexpr bool mma_sync_acc_is_a() {
 }
 static_assert(mma_sync_acc_is_a(), "mma.sync: accumulator and A operand layouts agree");
 
+// With K split over two warps: which half finishes o's row tile rt of kRT (balanced over Aqk's lower block triangle:
+// four tiles, half 0 finishes 0 and 3, half 1 finishes 1 and 2; two tiles, one each), and the exchange tile through
+// which the other half hands it its partial sum (after the kRT tiles of v_new^T; each half finishes one tile of every
+// pair rt / 2, so a writer's tiles never share a slot).
+KDA_HOST_DEVICE constexpr int regs_o_finisher(int rt, int row_tiles) {
+  return row_tiles == 2 ? rt : (rt % 2) ^ int(rt >= row_tiles / 2);
+}
+KDA_HOST_DEVICE constexpr int regs_o_exchange_tile(int rt, int row_tiles) { return row_tiles + rt / 2; }
+// What the kernel rests on, for the chunk sizes it runs (2 and 4 row tiles): each half finishes half of the tiles and
+// the same number of Aqk's lower-triangle tiles (ceil for an odd total), and the tiles one half hands over sit in
+// distinct exchange tiles, all inside the layout's kRT + kRT / 2.
+KDA_HOST_DEVICE constexpr bool regs_o_split_ok(int row_tiles) {
+  int tiles[2] = {0, 0}, work[2] = {0, 0};
+  bool used[2][8] = {};
+  for (int rt = 0; rt < row_tiles; ++rt) {
+    const int f = regs_o_finisher(rt, row_tiles), x = regs_o_exchange_tile(rt, row_tiles);
+    if (f < 0 || f > 1 || x < row_tiles || x >= row_tiles + row_tiles / 2 || used[1 - f][x - row_tiles]) return false;
+    used[1 - f][x - row_tiles] = true;  // written by the other half
+    ++tiles[f];
+    work[f] += rt + 1;
+  }
+  const int diff = work[0] > work[1] ? work[0] - work[1] : work[1] - work[0];
+  return tiles[0] == tiles[1] && diff <= 1;
+}
+static_assert(regs_o_split_ok(2) && regs_o_split_ok(4), "K split: o's row tiles shared out evenly, slots distinct");
+
 #if defined(__CUDACC__) && !defined(__HIP__)
 namespace state_regs {
 namespace m = detail::mma;
@@ -227,22 +253,20 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       if (d < K) decay_s[b * K + d] = detail::decay_exp2(glast[x]);
     }
   };
-  // The row tiles of o this warp finishes: all of them, or with K split half of them each, balanced over Aqk's lower
-  // block triangle (four tiles: half 0 finishes 0 and 3, half 1 finishes 1 and 2; two tiles: one each).
+  // The row tiles of o this warp finishes: all of them, or with K split half of them each (regs_o_finisher).
   auto finishes = [&](int rt, int which) {
     if constexpr (KSplit == 1) {
       return true;
     } else {
-      return (kRT == 2 ? rt : (rt % 2) ^ int(rt >= kRT / 2)) == which;
+      return regs_o_finisher(rt, kRT) == which;
     }
   };
   // With K split: the exchange slots of warp w_, in fragment order (lane-consecutive floats: no bank conflicts):
-  // tiles 0 .. kRT - 1 hold v_new^T's row tiles, then o^T's tiles for the partner, tile rt at kRT + rt / 2 (each half
-  // finishes one tile of every pair rt / 2).
+  // tiles 0 .. kRT - 1 hold v_new^T's row tiles, then o^T's tiles for the partner (regs_o_exchange_tile).
   auto slot = [&](int w_, int tile, int e) {
     return exchange_s + (size_t(w_) * L::kExchangeTiles + tile) * 256 + e * 32 + lane;
   };
-  auto o_slot = [&](int rt) { return kRT + rt / 2; };
+  auto o_slot = [&](int rt) { return regs_o_exchange_tile(rt, kRT); };
 
   // Launched beside chunk_kda_fwd's prepare, the block has its initial state; from here on it reads what the prepare
   // wrote (a no-op for a plain launch).

@@ -415,8 +415,10 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     const bool fold = state_folds_output(a);
     if (const int regs = state_regs_warps_used(a); regs > 0) {
       const int split = state_regs_k_split_used(a);
-      return g.head_dim_k == 64 ? launch_state_regs<E, BT, 64>(p, regs, split, sequences_heads, beside_prepare, stream)
-                                : launch_state_regs<E, BT, 128>(p, regs, split, sequences_heads, beside_prepare, stream);
+      if (g.head_dim_k == 64) {
+        return launch_state_regs<E, BT, 64>(p, regs, split, sequences_heads, beside_prepare, stream);
+      }
+      return launch_state_regs<E, BT, 128>(p, regs, split, sequences_heads, beside_prepare, stream);
     }
     // The short-sequence kernel takes the sequences of at most kShortStateRows tokens, state_long_items_kernel the
     // rest; where every sequence is that short (T itself is), the latter is not launched.
