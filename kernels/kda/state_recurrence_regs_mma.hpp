@@ -253,12 +253,12 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       if (d < K) decay_s[b * K + d] = detail::decay_exp2(glast[x]);
     }
   };
-  // The row tiles of o this warp finishes: all of them, or with K split half of them each (regs_o_finisher).
-  auto finishes = [&](int rt, int which) {
+  // Whether this warp finishes o's row tile rt: every tile, or with K split half of them (regs_o_finisher).
+  auto finishes = [&](int rt) {
     if constexpr (KSplit == 1) {
       return true;
     } else {
-      return regs_o_finisher(rt, kRT) == which;
+      return regs_o_finisher(rt, kRT) == half;
     }
   };
   // With K split: the exchange slots of warp w_, in fragment order (lane-consecutive floats: no bank conflicts):
@@ -266,7 +266,6 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
   auto slot = [&](int w_, int tile, int e) {
     return exchange_s + (size_t(w_) * L::kExchangeTiles + tile) * 256 + e * 32 + lane;
   };
-  auto o_slot = [&](int rt) { return regs_o_exchange_tile(rt, kRT); };
 
   // Launched beside chunk_kda_fwd's prepare, the block has its initial state; from here on it reads what the prepare
   // wrote (a no-op for a plain launch).
@@ -333,9 +332,9 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       for (int rt = 0; rt < kRT; ++rt) {
 #pragma unroll
         for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, rt, e) = VN[rt].x[e];
-        if (!finishes(rt, half)) {
+        if (!finishes(rt)) {
 #pragma unroll
-          for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, o_slot(rt), e) = O[rt].x[e];
+          for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, regs_o_exchange_tile(rt, kRT), e) = O[rt].x[e];
         }
       }
       detail::named_barrier_sync(1 + group, 2 * kWarpSize);
@@ -343,9 +342,9 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       for (int rt = 0; rt < kRT; ++rt) {
 #pragma unroll
         for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] += *slot(partner, rt, e);
-        if (finishes(rt, half)) {
+        if (finishes(rt)) {
 #pragma unroll
-          for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] += *slot(partner, o_slot(rt), e);
+          for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] += *slot(partner, regs_o_exchange_tile(rt, kRT), e);
         }
       }
     }
@@ -356,7 +355,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     // o^T = scale (qg round(S))^T + v_new^T Aqk^T (Aqk as hi + lo, lower block triangle), then out through out_s.
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-      if (!finishes(rt, half)) continue;  // compile-time for KSplit 1, uniform over the warp for 2
+      if (!finishes(rt)) continue;  // compile-time for KSplit 1, uniform over the warp for 2
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] *= p.scale;
 #pragma unroll
@@ -390,7 +389,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     __syncwarp();
     for (int e = lane; e < length * 2; e += kWarpSize) {
       const int i = e / 2, part = (e % 2) * 8;
-      if (!finishes(i / 16, half)) continue;
+      if (!finishes(i / 16)) continue;
       *reinterpret_cast<uint4*>(&o_out[detail::element_offset(p.o, start + i, h, v_warp + part)]) =
           *reinterpret_cast<const uint4*>(&out_s[i * kLdO + part]);
     }

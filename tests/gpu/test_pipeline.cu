@@ -466,9 +466,10 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
         EXPECT_EQ(folded.o, separate.o) << what << ": o";
         EXPECT_EQ(folded.state, separate.state) << what << ": final state";
         // The register-state kernel (state_recurrence_regs_mma.hpp), where it runs: within the rounded output's bar.
-        for (auto [regs, split] : {std::pair{2, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}}) {
-          const StateRecurrenceArgs probe = detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(),
-                                                                   path).state;
+        const StateRecurrenceArgs probe = detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(),
+                                                                 path).state;
+        for (const RegisterStateForm form : kRegisterStateForms) {
+          const int regs = form.warps, split = form.k_split;
           if (!detail::state_regs_ok(probe, regs, split)) continue;
           const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs, split);
           const std::string where = what + ", register state at " + std::to_string(regs) + " warps, K split " +

@@ -472,12 +472,13 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       // the same bits (checked against the builder mode's run).
       const std::vector<float> want_o_values = download_dtype(o_sep.get(), T * H * V, io);
       const std::vector<float> want_state_values = download_floats(ht_sep.get(), state_bytes / 4);
-      // Each form is (warps, K split); regs_bytes is keyed by 10 warps + split.
-      for (auto [regs, split] : {std::pair{2, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}}) {
-        if (V % (16 * regs / split) != 0) continue;  // refused (StagesValidation)
+      // regs_bytes is keyed by 10 warps + split.
+      for (const RegisterStateForm form : kRegisterStateForms) {
+        const int regs = form.warps, split = form.k_split;
         DeviceBuffer o_r(T * H * V * 2), ht_r(state_bytes);
-        EXPECT_EQ(hipMemsetAsync(o_r.get(), 0xff, T * H * V * 2, nullptr), hipSuccess);
         StateRecurrenceArgs f = folded_args(o_r.get(), ht_r.as<float>());
+        if (!detail::state_regs_ok(f, regs, split)) continue;  // refused (StagesValidation)
+        EXPECT_EQ(hipMemsetAsync(o_r.get(), 0xff, T * H * V * 2, nullptr), hipSuccess);
         f.regs_warps = regs;
         f.regs_k_split = split;
         EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());

@@ -185,9 +185,10 @@ inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
          !every_sequence_short(m);
 }
 
-// Whether the register-state kernel (state_recurrence_regs_mma.hpp) can run a with `warps` warps per block: NVIDIA,
-// the output folded in with neither h nor v_new written, K in {64, 128}, V a multiple of the block's 16 x warps
-// columns, chunks of 32 or 64, and o stored in 16-byte pieces (16-byte aligned, strides multiples of 8 elements).
+// Whether the register-state kernel (state_recurrence_regs_mma.hpp) can run a with `warps` warps per block and K split
+// over k_split warps: NVIDIA, the output folded in with neither h nor v_new written, K in {64, 128}, k_split 2 only
+// with 2 or 4 warps (shared memory), V a multiple of the block's 16 x warps / k_split columns, chunks of 32 or 64, and
+// o stored in 16-byte pieces (16-byte aligned, strides multiples of 8 elements).
 inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps, int k_split = 1) {
   const StageGeometry& g = a.geometry;
   const bool o_vectors = reinterpret_cast<uintptr_t>(a.o.data) % 16 == 0 && a.o.token_stride % 8 == 0 &&
