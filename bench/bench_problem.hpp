@@ -153,11 +153,9 @@ class BenchProblem {
   // workspace of its own).
   Status run(hipStream_t stream) const {
     const int regs = bench_options().state_regs_warps;  // --kda_state_regs_warps: the state launch's form
-    const int split = bench_options().state_regs_k_split;
-    if (forced() || regs != -1 || split != 0) {
+    if (forced() || regs != -1) {
       const DeviceBuffer& ws = forced() ? forced_workspace : workspace;
-      return detail::chunk_kda_fwd_on_path(args, ws.get(), ws.bytes(), stream, forced_path(), forced_output(), regs,
-                                           split);
+      return detail::chunk_kda_fwd_on_path(args, ws.get(), ws.bytes(), stream, forced_path(), forced_output(), regs);
     }
     return chunk_kda_fwd(args, workspace.get(), workspace.bytes(), stream);
   }

@@ -32,9 +32,6 @@ struct BenchOptions {
   // and the end-to-end ones) forces StateRecurrenceArgs::regs_warps (0: not the register-state kernel; 2, 4, 8: it,
   // with that many warps per block; -1 = launcher's, the default)
   int state_regs_warps = -1;
-  // --kda_state_regs_k_split=N: with it, StateRecurrenceArgs::regs_k_split (1: K whole, 2: two warps per column group;
-  // 0 = launcher's, the default)
-  int state_regs_k_split = 0;
   // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
   // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;

@@ -119,7 +119,6 @@ class StageRunner {
       state_.output_warps = bench_options().state_output_warps;
       state_.short_sequences = bench_options().state_short_sequences;
       state_.regs_warps = bench_options().state_regs_warps;
-      state_.regs_k_split = bench_options().state_regs_k_split;
     }
     // chunk_kda_fwd hands the state launch an item counter that it clears once per call; here a word of the
     // runner's own, cleared by a 4-byte memset before each launch (timed with it).

@@ -318,12 +318,11 @@ inline const uint32_t* chunk_kda_device_status(const void* workspace) { return s
 
 namespace detail {
 // chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path, output).total bytes.
-// state_regs_warps, state_regs_k_split: StateRecurrenceArgs::regs_warps and regs_k_split of the state launch (-1, 0:
-// the launcher's choice), for benchmarks and tests.
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice), for benchmarks
+// and tests.
 inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
                                     hipStream_t stream, ChunkKdaPath path,
-                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto, int state_regs_warps = -1,
-                                    int state_regs_k_split = 0) {
+                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
   const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path, output);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
@@ -346,8 +345,7 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   StateRecurrenceArgs state = s.state;
   state.short_items_taken = status + 1;  // cleared above, for this call
   state.regs_warps = state_regs_warps;
-  state.regs_k_split = state_regs_k_split;
-  if (state_regs_warps != -1 || state_regs_k_split != 0) KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(state));
+  if (state_regs_warps != -1) KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(state));
   if (s.inputs_fused) {
     KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
     KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));

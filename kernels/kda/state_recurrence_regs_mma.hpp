@@ -16,14 +16,8 @@
 // (w, kg, qg, Aqk's hi and lo, the block's u columns), two buffers deep, one barrier per chunk. o^T leaves through a
 // small per-warp tile in shared memory (stmatrix .trans writes it as rows of o) and 16-byte stores.
 //
-// KSplit = 2 (StateRecurrenceArgs::regs_k_split): two warps share each 16 columns, each holding half of K's rows, so
-// that a step's products per warp halve and a block has twice the warps for its columns. Each warp forms partial sums
-// of v_new^T and o^T over its half; the pair swaps them through shared memory (one named barrier per pair and step):
-// both add the whole v_new^T (a + b = b + a, so the same bits), and each finishes half of o's row tiles.
-//
-// One block of Warps warps per (sequence, head, 16 Warps / KSplit columns of V). Requirements (the launcher checks):
-// K in {64, 128}; V a multiple of 16 Warps / KSplit; KSplit 2 only with 2 or 4 warps (shared memory); o 16-byte
-// aligned with token and head strides multiples of 8 elements; the operands vector aligned (every chunk_kda_fwd
+// One block of Warps warps per (sequence, head, 16 Warps columns of V). Requirements (the launcher checks):
+// K in {64, 128}; V a multiple of 16 Warps; o 16-byte aligned with token and head strides multiples of 8 elements; the operands vector aligned (every chunk_kda_fwd
 // workspace is).
 #pragma once
 
@@ -33,14 +27,15 @@
 namespace kda::kernels {
 
 // Warps per block where the launcher chooses this kernel itself (detail::state_regs_warps_used): 128 columns of V.
-// Eight measured fastest where it wins (H100, round 35: state stage varlen16 0.416 ms at 8 warps, 0.640 at 4).
+// Eight measured fastest where it wins (H100, round 37: state stage varlen16 0.347 ms at 8 warps, 0.522 at 4, 0.484
+// for the other kernels).
 constexpr int kStateRegsWarps = 8;
 
 // Shared memory of state_recurrence_regs_kernel (dynamic): two buffers of the chunk's shared operands, exp2(G_last)
-// for each, one o^T tile per warp and, with K split, each warp's partial sums for its partner.
-template <int BT, int K, int Warps, int KSplit = 1>
+// for each, and one o^T tile per warp.
+template <int BT, int K, int Warps>
 struct StateRegsLayout {
-  static constexpr int kCols = 16 * Warps / KSplit;  // columns of V per block
+  static constexpr int kCols = 16 * Warps;      // columns of V per block
   static constexpr int kLd = K + 8;             // rows of w, kg, qg (16-bit; padded against bank conflicts)
   static constexpr int kLdA = BT + 8;           // rows of Aqk's hi and lo
   static constexpr int kLdU = kCols + 8;        // rows of the block's u columns
@@ -50,14 +45,7 @@ struct StateRegsLayout {
   static constexpr int kBufferElems = kU + BT * kLdU;  // 16-bit elements per buffer
   static constexpr size_t kDecayOffset = 2 * sizeof(uint16_t) * size_t(kBufferElems);
   static constexpr size_t kOutOffset = kDecayOffset + 2 * sizeof(float) * K;
-  static constexpr size_t kExchangeOffset = kOutOffset + sizeof(uint16_t) * size_t(Warps) * BT * kLdO;
-  // With K split over KSplit = 2 warps per column group, each warp's partial sums for its partner: v_new^T (every row
-  // tile) and o^T (the partner's half of the row tiles), fp32 in fragment order.
-  static constexpr int kExchangeTiles = BT / 16 + BT / 32;
-  static constexpr size_t kExchangeFloats = KSplit == 1 ? 0 : size_t(kExchangeTiles) * 8 * 32;  // per warp
-  static constexpr size_t kBytes = kExchangeOffset + sizeof(float) * size_t(Warps) * kExchangeFloats;
-  static_assert(KSplit == 1 || KSplit == 2, "K whole or in two halves");
-  static_assert(Warps % KSplit == 0, "whole column groups");
+  static constexpr size_t kBytes = kOutOffset + sizeof(uint16_t) * size_t(Warps) * BT * kLdO;
   static_assert(kBufferElems % 8 == 0 && kLd % 8 == 0 && kLdA % 8 == 0 && kLdU % 8 == 0 && kLdO % 8 == 0,
                 "16-byte aligned rows and buffers");
 };
@@ -75,31 +63,6 @@ KDA_HOST_DEVICE constexpr bool mma_sync_acc_is_a() {
 }
 static_assert(mma_sync_acc_is_a(), "mma.sync: accumulator and A operand layouts agree");
 
-// With K split over two warps: which half finishes o's row tile rt of kRT (balanced over Aqk's lower block triangle:
-// four tiles, half 0 finishes 0 and 3, half 1 finishes 1 and 2; two tiles, one each), and the exchange tile through
-// which the other half hands it its partial sum (after the kRT tiles of v_new^T; each half finishes one tile of every
-// pair rt / 2, so a writer's tiles never share a slot).
-KDA_HOST_DEVICE constexpr int regs_o_finisher(int rt, int row_tiles) {
-  return row_tiles == 2 ? rt : (rt % 2) ^ int(rt >= row_tiles / 2);
-}
-KDA_HOST_DEVICE constexpr int regs_o_exchange_tile(int rt, int row_tiles) { return row_tiles + rt / 2; }
-// What the kernel rests on, for the chunk sizes it runs (2 and 4 row tiles): each half finishes half of the tiles and
-// the same number of Aqk's lower-triangle tiles (ceil for an odd total), and the tiles one half hands over sit in
-// distinct exchange tiles, all inside the layout's kRT + kRT / 2.
-KDA_HOST_DEVICE constexpr bool regs_o_split_ok(int row_tiles) {
-  int tiles[2] = {0, 0}, work[2] = {0, 0};
-  bool used[2][8] = {};
-  for (int rt = 0; rt < row_tiles; ++rt) {
-    const int f = regs_o_finisher(rt, row_tiles), x = regs_o_exchange_tile(rt, row_tiles);
-    if (f < 0 || f > 1 || x < row_tiles || x >= row_tiles + row_tiles / 2 || used[1 - f][x - row_tiles]) return false;
-    used[1 - f][x - row_tiles] = true;  // written by the other half
-    ++tiles[f];
-    work[f] += rt + 1;
-  }
-  const int diff = work[0] > work[1] ? work[0] - work[1] : work[1] - work[0];
-  return tiles[0] == tiles[1] && diff <= 1;
-}
-static_assert(regs_o_split_ok(2) && regs_o_split_ok(4), "K split: o's row tiles shared out evenly, slots distinct");
 
 #if defined(__CUDACC__) && !defined(__HIP__)
 namespace state_regs {
@@ -141,24 +104,19 @@ __device__ __forceinline__ void store_transposed(uint16_t* tile, int ld, const m
 }
 }  // namespace state_regs
 
-template <typename E, int BT, int K, int Warps, int KSplit = 1>
+template <typename E, int BT, int K, int Warps>
 __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_kernel(StateRecurrenceParams p) {
   namespace m = detail::mma;
-  using L = StateRegsLayout<BT, K, Warps, KSplit>;
+  using L = StateRegsLayout<BT, K, Warps>;
   constexpr int kThreads = Warps * kWarpSize, kCols = L::kCols;
   constexpr int kKT = K / 16, kRT = BT / 16;  // 16-wide tiles of K and of the chunk
-  constexpr int kKTw = kKT / KSplit;          // this warp's tiles of K
   constexpr int kLd = L::kLd, kLdA = L::kLdA, kLdU = L::kLdU, kLdO = L::kLdO;
   static_assert(m::kAccPairsInRows, "mma.sync layouts");
-  static_assert(kKT % KSplit == 0 && kRT % 2 == 0, "K and the chunk in whole halves of tiles");
   extern __shared__ __align__(16) unsigned char regs_smem[];
   uint16_t* const buffers = reinterpret_cast<uint16_t*>(regs_smem);
   float* const decay_s = reinterpret_cast<float*>(regs_smem + L::kDecayOffset);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  // Warps (group, half): the group's 16 columns of V, over K rows [half K / KSplit, (half + 1) K / KSplit).
-  const int group = warp / KSplit, half = warp % KSplit, kt0 = half * kKTw;
   uint16_t* const out_s = reinterpret_cast<uint16_t*>(regs_smem + L::kOutOffset) + warp * BT * kLdO;
-  float* const exchange_s = reinterpret_cast<float*>(regs_smem + L::kExchangeOffset);
 
   const int num_v_tiles = p.head_dim_v / kCols;
   const unsigned item = blockIdx.x;
@@ -167,23 +125,22 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
   const int64_t n = int64_t(item) / (int64_t(num_v_tiles) * p.num_heads);
   if (n >= p.chunks.num_sequences) return;
   const int V = p.head_dim_v;
-  const int v_block = vt * kCols, v_warp = v_block + 16 * group;  // the block's and this warp's first column
+  const int v_block = vt * kCols, v_warp = v_block + 16 * warp;  // the block's and this warp's first column
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);
   const int64_t bos = seq.bos, eos = seq.eos, first_chunk = seq.first_chunk, nt = seq.nt, num_chunks = seq.num_chunks;
 
-  // S^T [16 columns of V, this warp's K rows]: ST[kt] holds rows v_warp .. +15, columns (state rows d)
-  // 16 (kt0 + kt) .. +15.
-  m::Acc ST[kKTw];
+  // S^T [16 columns of V, K]: ST[kt] holds rows v_warp .. +15, columns (state rows d) 16 kt .. +15.
+  m::Acc ST[kKT];
 #pragma unroll
-  for (int kt = 0; kt < kKTw; ++kt) m::zero(ST[kt]);
+  for (int kt = 0; kt < kKT; ++kt) m::zero(ST[kt]);
   auto for_each_state = [&](auto&& f) {  // f(element, state row d, column v)
 #pragma unroll
-    for (int kt = 0; kt < kKTw; ++kt) {
+    for (int kt = 0; kt < kKT; ++kt) {
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) {
         const m::Coord c = m::acc_coord(lane, e);
-        f(ST[kt].x[e], (kt0 + kt) * 16 + c.col, v_warp + c.row);
+        f(ST[kt].x[e], kt * 16 + c.col, v_warp + c.row);
       }
     }
   };
@@ -253,20 +210,6 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       if (d < K) decay_s[b * K + d] = detail::decay_exp2(glast[x]);
     }
   };
-  // Whether this warp finishes o's row tile rt: every tile, or with K split half of them (regs_o_finisher).
-  auto finishes = [&](int rt) {
-    if constexpr (KSplit == 1) {
-      return true;
-    } else {
-      return regs_o_finisher(rt, kRT) == half;
-    }
-  };
-  // With K split: the exchange slots of warp w_, in fragment order (lane-consecutive floats: no bank conflicts):
-  // tiles 0 .. kRT - 1 hold v_new^T's row tiles, then o^T's tiles for the partner (regs_o_exchange_tile).
-  auto slot = [&](int w_, int tile, int e) {
-    return exchange_s + (size_t(w_) * L::kExchangeTiles + tile) * 256 + e * 32 + lane;
-  };
-
   // Launched beside chunk_kda_fwd's prepare, the block has its initial state; from here on it reads what the prepare
   // wrote (a no-op for a plain launch).
   detail::wait_for_prior_grid();
@@ -285,7 +228,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     const int64_t start = bos + c * BT;
     const int length = chunk_length(c);
     // Chunk c's copies are in (this thread's); the barrier publishes everyone's, and says that every warp is done
-    // with chunk c - 1, whose buffer (and exchange slots) the next copies take.
+    // with chunk c - 1, whose buffer the next copies take.
     detail::copy16_async_wait();
     __syncthreads();
     if (c + 1 < num_chunks) issue_chunk(c + 1, 1 - b);
@@ -295,57 +238,28 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     const uint16_t* qg_s = buf + L::kQg;
     const uint16_t* hi_s = buf + L::kHi;
     const uint16_t* lo_s = buf + L::kLo;
-    const uint16_t* u_s = buf + L::kU + 16 * group;
+    const uint16_t* u_s = buf + L::kU + 16 * warp;
 
     // Every row tile runs, whatever the chunk's length: rows past it are zeros and add nothing (a test of the length
     // per tile made each tile's products a branch of their own, whose B loads could not be issued ahead of them).
     // The launcher runs this kernel on long sequences, whose chunks are full but for the last.
-    // v_new^T = u^T - round(S)^T w^T and o^T = round(S)^T qg^T, over this warp's K in order, from the same A operands
-    // (with K split, half 0 starts from u^T and half 1 from zero).
+    // v_new^T = u^T - round(S)^T w^T and o^T = round(S)^T qg^T, over K in order, from the same A operands.
     m::Acc VN[kRT], O[kRT];
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-      if (half == 0) {
-        const m::FragA ut = m::load_a_transposed(&u_s[rt * 16 * kLdU], kLdU, lane);  // (v, token) = u[token][v]
+      const m::FragA ut = m::load_a_transposed(&u_s[rt * 16 * kLdU], kLdU, lane);  // (v, token) = u[token][v]
 #pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] = numeric::to_float(E{ut.x[e]});
-      } else {
-        m::zero(VN[rt]);
-      }
+      for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] = numeric::to_float(E{ut.x[e]});
       m::zero(O[rt]);
     }
 #pragma unroll
-    for (int kt = 0; kt < kKTw; ++kt) {
+    for (int kt = 0; kt < kKT; ++kt) {
       const m::FragA a = state_regs::round_to_a<E>(ST[kt]);
       const m::FragA neg = state_regs::negated(a);
 #pragma unroll
       for (int rt = 0; rt < kRT; ++rt) {
-        m::mma<E>(VN[rt], neg, m::load_b_transposed(&w_s[rt * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
-        m::mma<E>(O[rt], a, m::load_b_transposed(&qg_s[rt * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
-      }
-    }
-    if constexpr (KSplit == 2) {
-      // The partner's partial sums: all of v_new^T, and o^T's tiles this warp finishes. a + b is b + a in IEEE
-      // arithmetic, so both halves hold the same v_new^T bits.
-      const int partner = warp ^ 1;
-#pragma unroll
-      for (int rt = 0; rt < kRT; ++rt) {
-#pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, rt, e) = VN[rt].x[e];
-        if (!finishes(rt)) {
-#pragma unroll
-          for (int e = 0; e < m::kAccPerLane; ++e) *slot(warp, regs_o_exchange_tile(rt, kRT), e) = O[rt].x[e];
-        }
-      }
-      detail::named_barrier_sync(1 + group, 2 * kWarpSize);
-#pragma unroll
-      for (int rt = 0; rt < kRT; ++rt) {
-#pragma unroll
-        for (int e = 0; e < m::kAccPerLane; ++e) VN[rt].x[e] += *slot(partner, rt, e);
-        if (finishes(rt)) {
-#pragma unroll
-          for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] += *slot(partner, regs_o_exchange_tile(rt, kRT), e);
-        }
+        m::mma<E>(VN[rt], neg, m::load_b_transposed(&w_s[rt * 16 * kLd + kt * 16], kLd, lane));
+        m::mma<E>(O[rt], a, m::load_b_transposed(&qg_s[rt * 16 * kLd + kt * 16], kLd, lane));
       }
     }
     // v_new^T rounded: the A operand of Aqk's and the update's products.
@@ -355,7 +269,6 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
     // o^T = scale (qg round(S))^T + v_new^T Aqk^T (Aqk as hi + lo, lower block triangle), then out through out_s.
 #pragma unroll
     for (int rt = 0; rt < kRT; ++rt) {
-      if (!finishes(rt)) continue;  // compile-time for KSplit 1, uniform over the warp for 2
 #pragma unroll
       for (int e = 0; e < m::kAccPerLane; ++e) O[rt].x[e] *= p.scale;
 #pragma unroll
@@ -365,13 +278,13 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       }
       state_regs::store_transposed<E>(&out_s[rt * 16 * kLdO], kLdO, O[rt], lane);
     }
-    // S^T = S^T diag(exp2(G_last)) + v_new^T kg, over this warp's K rows.
+    // S^T = S^T diag(exp2(G_last)) + v_new^T kg.
     const float* decay = decay_s + b * K;
 #pragma unroll
-    for (int kt = 0; kt < kKTw; ++kt) {
+    for (int kt = 0; kt < kKT; ++kt) {
       const m::Coord c0 = m::acc_coord(lane, 0);
-      const float2 lo_pair = *reinterpret_cast<const float2*>(&decay[(kt0 + kt) * 16 + c0.col]);
-      const float2 hi_pair = *reinterpret_cast<const float2*>(&decay[(kt0 + kt) * 16 + c0.col + 8]);
+      const float2 lo_pair = *reinterpret_cast<const float2*>(&decay[kt * 16 + c0.col]);
+      const float2 hi_pair = *reinterpret_cast<const float2*>(&decay[kt * 16 + c0.col + 8]);
       ST[kt].x[0] *= lo_pair.x;
       ST[kt].x[1] *= lo_pair.y;
       ST[kt].x[2] *= lo_pair.x;
@@ -382,14 +295,13 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       ST[kt].x[7] *= hi_pair.y;
 #pragma unroll
       for (int st = 0; st < kRT; ++st) {
-        m::mma<E>(ST[kt], VA[st], m::load_b(&kg_s[st * 16 * kLd + (kt0 + kt) * 16], kLd, lane));
+        m::mma<E>(ST[kt], VA[st], m::load_b(&kg_s[st * 16 * kLd + kt * 16], kLd, lane));
       }
     }
-    // o's rows of this chunk that this warp finished: 16 columns (32 bytes) per token row of its tile.
+    // o's rows of this chunk: 16 columns (32 bytes) per token row of this warp's tile.
     __syncwarp();
     for (int e = lane; e < length * 2; e += kWarpSize) {
       const int i = e / 2, part = (e % 2) * 8;
-      if (!finishes(i / 16)) continue;
       *reinterpret_cast<uint4*>(&o_out[detail::element_offset(p.o, start + i, h, v_warp + part)]) =
           *reinterpret_cast<const uint4*>(&out_s[i * kLdO + part]);
     }

@@ -164,12 +164,9 @@ inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem&
   return dp;
 }
 
-// The register-state kernel's forms the GPU tests check, as (StateRecurrenceArgs::regs_warps, regs_k_split); a test
-// skips those detail::state_regs_ok refuses for its sizes.
-struct RegisterStateForm {
-  int warps, k_split;
-};
-constexpr RegisterStateForm kRegisterStateForms[] = {{2, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}};
+// The register-state kernel's forms the GPU tests check, as StateRecurrenceArgs::regs_warps; a test skips those
+// detail::state_regs_ok refuses for its sizes.
+constexpr int kRegisterStateWarps[] = {2, 4, 8};
 
 // Enqueues chunk_kda_fwd on `stream` for a prepared problem.
 inline Status run_chunk_kda(DeviceProblem& dp, hipStream_t stream = nullptr) {

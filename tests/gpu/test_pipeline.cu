@@ -275,11 +275,9 @@ std::vector<float> float_values(const std::vector<uint8_t>& bytes) {
 struct PathRun {
   std::vector<uint8_t> o, state, ws;
 };
-// state_regs_warps, state_regs_k_split: StateRecurrenceArgs::regs_warps and regs_k_split of the state launch (-1, 0:
-// the launcher's choice).
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice).
 PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
-                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1,
-                    int state_regs_k_split = 0) {
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
   PathRun r;
   const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path, output).total;
   DeviceBuffer ws(bytes);
@@ -288,8 +286,7 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
     EXPECT_EQ(hipMemsetAsync(dp.o.get(), 0xff, size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2, nullptr),
               hipSuccess);
   }
-  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps,
-                                                 state_regs_k_split);
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
@@ -468,12 +465,10 @@ TEST(ChunkKdaBitIdentity, FoldedOutputMatchesSeparateOutput) {
         // The register-state kernel (state_recurrence_regs_mma.hpp), where it runs: within the rounded output's bar.
         const StateRecurrenceArgs probe = detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(),
                                                                  path).state;
-        for (const RegisterStateForm form : kRegisterStateForms) {
-          const int regs = form.warps, split = form.k_split;
-          if (!detail::state_regs_ok(probe, regs, split)) continue;
-          const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs, split);
-          const std::string where = what + ", register state at " + std::to_string(regs) + " warps, K split " +
-                                    std::to_string(split);
+        for (const int regs : kRegisterStateWarps) {
+          if (!detail::state_regs_ok(probe, regs)) continue;
+          const PathRun r = run_on_path(*dp, path, detail::ChunkKdaOutput::kAuto, regs);
+          const std::string where = what + ", register state at " + std::to_string(regs) + " warps";
           EXPECT_LE(ref::rms_relative_error(bf16_values(separate.o), bf16_values(r.o)), kRegisterStateBar)
               << where << ": o";
           EXPECT_LE(ref::rms_relative_error(float_values(separate.state), float_values(r.state)), kRegisterStateBar)

@@ -472,24 +472,21 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
       // the same bits (checked against the builder mode's run).
       const std::vector<float> want_o_values = download_dtype(o_sep.get(), T * H * V, io);
       const std::vector<float> want_state_values = download_floats(ht_sep.get(), state_bytes / 4);
-      // regs_bytes is keyed by 10 warps + split.
-      for (const RegisterStateForm form : kRegisterStateForms) {
-        const int regs = form.warps, split = form.k_split;
+      for (const int regs : kRegisterStateWarps) {
         DeviceBuffer o_r(T * H * V * 2), ht_r(state_bytes);
         StateRecurrenceArgs f = folded_args(o_r.get(), ht_r.as<float>());
-        if (!detail::state_regs_ok(f, regs, split)) continue;  // refused (StagesValidation)
+        if (!detail::state_regs_ok(f, regs)) continue;  // refused (StagesValidation)
         EXPECT_EQ(hipMemsetAsync(o_r.get(), 0xff, T * H * V * 2, nullptr), hipSuccess);
         f.regs_warps = regs;
-        f.regs_k_split = split;
         EXPECT_TRUE(launch_state_recurrence(f, m->derive_ws.get(), m->derive_ws.bytes(), nullptr).is_ok());
-        const std::string where = tag + "folded output, register state, " + std::to_string(regs) + " warps, K split " +
-                                  std::to_string(split) + ", " + mode_name(mode);
+        const std::string where = tag + "folded output, register state, " + std::to_string(regs) + " warps, " +
+                                  mode_name(mode);
         expect_near(want_o_values, download_dtype(o_r.get(), T * H * V, io), kRoundedStageBar, where + " o");
         expect_near(want_state_values, download_floats(ht_r.get(), state_bytes / 4), kRoundedStageBar,
                     where + " final state");
         std::vector<uint8_t> bytes = o_r.download_bytes(), state = ht_r.download_bytes();
         bytes.insert(bytes.end(), state.begin(), state.end());
-        auto& first = regs_bytes[10 * regs + split];
+        auto& first = regs_bytes[regs];
         if (first.empty()) {
           first = std::move(bytes);
         } else {
@@ -750,18 +747,6 @@ TEST(StagesValidation, FoldedOutputRefusesWhatItCannotRun) {
   a.regs_warps = 4;
   a.o.data = static_cast<char*>(a.o.data) + 2;
   expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_warps: needs", "o off 16 bytes");
-  // Its K split: 0, 1 or 2, and 2 only with 2 or 4 warps (8 would not fit its shared memory).
-  a = folded();
-  a.regs_warps = 4;
-  a.regs_k_split = 3;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_k_split: must be 0, 1 or 2", "split 3");
-  a = folded();
-  a.regs_warps = 8;
-  a.regs_k_split = 2;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_k_split: 2 needs", "8 warps");
-  a = folded();
-  a.regs_k_split = 2;
-  expect_refused(launch_state_recurrence(a, nullptr, 0, nullptr), "regs_k_split: 2 needs", "the launcher's warps");
   a = bed.state_args();
   a.v_tile = 32;
   a.output_warps = 8;

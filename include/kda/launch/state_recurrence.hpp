@@ -72,10 +72,6 @@ struct StateRecurrenceArgs {
   // block (needs what detail::state_regs_ok lists). Its o and final state agree with the other forms within the
   // output's tolerance, not bit for bit (its sums run in another order); both metadata modes still give the same bits.
   int regs_warps = -1;
-  // The register-state kernel's split of K: 0 = the launcher's choice (detail::state_regs_k_split_used), 1 = each warp
-  // holds all K rows of its 16 columns, 2 = two warps share them, half of K each (their v_new and o partial sums added
-  // through shared memory; 16 regs_warps / 2 columns per block, regs_warps 2 or 4). The two give different bits.
-  int regs_k_split = 0;
 };
 
 // Whether a has the output folded in.
@@ -185,11 +181,10 @@ inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
          !every_sequence_short(m);
 }
 
-// Whether the register-state kernel (state_recurrence_regs_mma.hpp) can run a with `warps` warps per block and K split
-// over k_split warps: NVIDIA, the output folded in with neither h nor v_new written, K in {64, 128}, k_split 2 only
-// with 2 or 4 warps (shared memory), V a multiple of the block's 16 x warps / k_split columns, chunks of 32 or 64, and
-// o stored in 16-byte pieces (16-byte aligned, strides multiples of 8 elements).
-inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps, int k_split = 1) {
+// Whether the register-state kernel (state_recurrence_regs_mma.hpp) can run a with `warps` warps per block: NVIDIA,
+// the output folded in with neither h nor v_new written, K in {64, 128}, V a multiple of the block's 16 x warps
+// columns, chunks of 32 or 64, and o stored in 16-byte pieces (16-byte aligned, strides multiples of 8 elements).
+inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
   const StageGeometry& g = a.geometry;
   const bool o_vectors = reinterpret_cast<uintptr_t>(a.o.data) % 16 == 0 && a.o.token_stride % 8 == 0 &&
                          a.o.head_stride % 8 == 0;
@@ -200,7 +195,7 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps, int k_split =
 #endif
   return kNvidia && state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
          (g.head_dim_k == 64 || g.head_dim_k == 128) && (warps == 2 || warps == 4 || warps == 8) &&
-         (k_split == 1 || (k_split == 2 && warps <= 4)) && g.head_dim_v % (16 * warps / k_split) == 0 &&
+         g.head_dim_v % (16 * warps) == 0 &&
          (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
 }
 
@@ -208,10 +203,11 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps, int k_split =
 // a caller forces another kernel's form (v_tile, warps, output_warps, short_sequences: tests, tuning), and
 // kStateRegsWarps (128 columns per block) where the other kernel would run its 64-column tiles (enough (sequence,
 // head) items to fill the GPU) on a batch of long sequences (averaging at least four chunks). There it measured faster
-// (H100, round 35, call GJ: state stage varlen16 0.479 -> 0.416 ms, 4 x 4096 tokens 0.493 -> 0.378; end to end -5.7
-// and -6.3 %); it lost on mixed64 (decodes beside prefills: +21 %, the decodes' fixed cost) and on a few long
-// sequences (2.1-2.4x: with a handful of blocks each warp's ~5 us chunk step is the cost, against ~2 us for the
-// 32-column tiles with output warps).
+// (H100, round 37, call GK, three interleaved runs: state stage varlen16 0.484 -> 0.347 ms, 4 x 4096 tokens 0.493 ->
+// 0.318; end to end -9.0 and -10.6 %); it lost on mixed64 (decodes beside prefills: +11 %, the decodes' fixed cost),
+// on chunked2k and spec256x8 (+53 to +59 %), and on a few long sequences (1.7-1.9x at 8 warps, 1.5-1.7x at 4: with a
+// handful of blocks each warp's ~4 us chunk step is the cost, against ~2.3 us for the 32-column tiles with output
+// warps).
 inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
   if (a.regs_warps >= 0) return a.regs_warps;
   if (a.v_tile != 0 || a.warps != 0 || a.output_warps != -1 || a.short_sequences == 1) return 0;
@@ -219,8 +215,6 @@ inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
   if (state_short_kernel_used(a) || state_v_tile(a) != 64 || !long_sequence_batch(g.metadata, g.chunk_size)) return 0;
   return state_regs_ok(a, kernels::kStateRegsWarps) ? kernels::kStateRegsWarps : 0;
 }
-// The register-state kernel's split of K where it runs: a forced a.regs_k_split, else whole.
-inline int state_regs_k_split_used(const StateRecurrenceArgs& a) { return a.regs_k_split > 0 ? a.regs_k_split : 1; }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
@@ -242,11 +236,9 @@ inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
               "output_warps: 8 needs the output folded in, a V-tile of 32 columns and NVIDIA");
   KDA_REQUIRE(a.regs_warps == -1 || a.regs_warps == 0 || a.regs_warps == 2 || a.regs_warps == 4 || a.regs_warps == 8,
               "regs_warps: must be -1, 0, 2, 4 or 8");
-  KDA_REQUIRE(a.regs_k_split >= 0 && a.regs_k_split <= 2, "regs_k_split: must be 0, 1 or 2");
-  KDA_REQUIRE(a.regs_k_split <= 1 || a.regs_warps == 2 || a.regs_warps == 4, "regs_k_split: 2 needs regs_warps 2 or 4");
-  KDA_REQUIRE(a.regs_warps <= 0 || state_regs_ok(a, a.regs_warps, state_regs_k_split_used(a)),
+  KDA_REQUIRE(a.regs_warps <= 0 || state_regs_ok(a, a.regs_warps),
               "regs_warps: needs NVIDIA, the output folded in without h or v_new, head_dim_k 64 or 128, head_dim_v a "
-              "multiple of 16 x regs_warps / regs_k_split, chunk_size 32 or 64 and o in 16-byte aligned rows");
+              "multiple of 16 x regs_warps, chunk_size 32 or 64 and o in 16-byte aligned rows");
   KDA_REQUIRE(a.short_sequences >= -1 && a.short_sequences <= 1, "short_sequences: must be -1, 0 or 1");
   KDA_REQUIRE(a.short_sequences != 1 || state_short_kernel_ok(a),
               "short_sequences: 1 needs the output folded in without h or v_new, head_dim_k 64 or 128, chunk_size 64 "
@@ -278,13 +270,13 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int64_t 
   return Status();
 }
 
-// The register-state kernel (NVIDIA): one block of Warps warps per (sequence, head, 16 Warps / KSplit columns of V).
-template <typename E, int BT, int K, int Warps, int KSplit>
+// The register-state kernel (NVIDIA): one block of Warps warps per (sequence, head, 16 Warps columns of V).
+template <typename E, int BT, int K, int Warps>
 inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool beside_prepare,
                                 hipStream_t stream) {
 #if defined(KDA_PLATFORM_CUDA)
-  constexpr auto kKernel = kernels::state_recurrence_regs_kernel<E, BT, K, Warps, KSplit>;
-  using Layout = kernels::StateRegsLayout<BT, K, Warps, KSplit>;
+  constexpr auto kKernel = kernels::state_recurrence_regs_kernel<E, BT, K, Warps>;
+  using Layout = kernels::StateRegsLayout<BT, K, Warps>;
   constexpr size_t kShared = Layout::kBytes;
   static_assert(kShared <= 227 * 1024, "one block's shared memory on sm_90");
   KDA_RETURN_IF_ERROR(allow_dynamic_shared<kKernel>(kShared));
@@ -299,15 +291,11 @@ inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int64_t
 #endif
 }
 template <typename E, int BT, int K>
-inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int warps, int k_split,
-                                int64_t sequences_heads, bool beside_prepare, hipStream_t stream) {
-  if (k_split == 2) {
-    if (warps == 4) return launch_state_regs<E, BT, K, 4, 2>(p, sequences_heads, beside_prepare, stream);
-    return launch_state_regs<E, BT, K, 2, 2>(p, sequences_heads, beside_prepare, stream);
-  }
-  if (warps == 8) return launch_state_regs<E, BT, K, 8, 1>(p, sequences_heads, beside_prepare, stream);
-  if (warps == 4) return launch_state_regs<E, BT, K, 4, 1>(p, sequences_heads, beside_prepare, stream);
-  return launch_state_regs<E, BT, K, 2, 1>(p, sequences_heads, beside_prepare, stream);
+inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int warps, int64_t sequences_heads,
+                                bool beside_prepare, hipStream_t stream) {
+  if (warps == 8) return launch_state_regs<E, BT, K, 8>(p, sequences_heads, beside_prepare, stream);
+  if (warps == 4) return launch_state_regs<E, BT, K, 4>(p, sequences_heads, beside_prepare, stream);
+  return launch_state_regs<E, BT, K, 2>(p, sequences_heads, beside_prepare, stream);
 }
 
 // The output folded in (fold) is instantiated only for the tiles the launcher picks (8 warps, 32 or 64 columns;
@@ -415,11 +403,8 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
     const bool fold = state_folds_output(a);
     if (const int regs = state_regs_warps_used(a); regs > 0) {
-      const int split = state_regs_k_split_used(a);
-      if (g.head_dim_k == 64) {
-        return launch_state_regs<E, BT, 64>(p, regs, split, sequences_heads, beside_prepare, stream);
-      }
-      return launch_state_regs<E, BT, 128>(p, regs, split, sequences_heads, beside_prepare, stream);
+      if (g.head_dim_k == 64) return launch_state_regs<E, BT, 64>(p, regs, sequences_heads, beside_prepare, stream);
+      return launch_state_regs<E, BT, 128>(p, regs, sequences_heads, beside_prepare, stream);
     }
     // The short-sequence kernel takes the sequences of at most kShortStateRows tokens, state_long_items_kernel the
     // rest; where every sequence is that short (T itself is), the latter is not launched.
