@@ -17,8 +17,8 @@
 // small per-warp tile in shared memory (stmatrix .trans writes it as rows of o) and 16-byte stores.
 //
 // One block of Warps warps per (sequence, head, 16 Warps columns of V). Requirements (the launcher checks):
-// K in {64, 128}; V a multiple of 16 Warps; o 16-byte aligned with token and head strides multiples of 8 elements; the operands vector aligned (every chunk_kda_fwd
-// workspace is).
+// K in {64, 128}; V a multiple of 16 Warps; o 16-byte aligned with token and head strides multiples of 8 elements;
+// the operands vector aligned (every chunk_kda_fwd workspace is).
 #pragma once
 
 #include "kda/detail/mma.hpp"
@@ -149,7 +149,9 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
   }
 
   // Offsets of [T, H, width] workspace rows.
-  auto row_offset = [&](int64_t t, int width) { return detail::index_times(t, int64_t(p.num_heads) * width) + int64_t(h) * width; };
+  auto row_offset = [&](int64_t t, int width) {
+    return detail::index_times(t, int64_t(p.num_heads) * width) + int64_t(h) * width;
+  };
   auto chunk_length = [&](int64_t c) {
     const int64_t start = bos + c * BT;
     return static_cast<int>(eos - start < BT ? eos - start : BT);
