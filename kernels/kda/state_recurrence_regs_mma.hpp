@@ -63,7 +63,6 @@ KDA_HOST_DEVICE constexpr bool mma_sync_acc_is_a() {
 }
 static_assert(mma_sync_acc_is_a(), "mma.sync: accumulator and A operand layouts agree");
 
-
 #if defined(__CUDACC__) && !defined(__HIP__)
 namespace state_regs {
 namespace m = detail::mma;
@@ -212,6 +211,7 @@ __global__ void __launch_bounds__(Warps * kWarpSize, 1) state_recurrence_regs_ke
       if (d < K) decay_s[b * K + d] = detail::decay_exp2(glast[x]);
     }
   };
+
   // Launched beside chunk_kda_fwd's prepare, the block has its initial state; from here on it reads what the prepare
   // wrote (a no-op for a plain launch).
   detail::wait_for_prior_grid();

@@ -195,8 +195,7 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
 #endif
   return kNvidia && state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
          (g.head_dim_k == 64 || g.head_dim_k == 128) && (warps == 2 || warps == 4 || warps == 8) &&
-         g.head_dim_v % (16 * warps) == 0 &&
-         (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
+         g.head_dim_v % (16 * warps) == 0 && (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
 }
 
 // Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps; else none where
@@ -205,7 +204,7 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
 // head) items to fill the GPU) on a batch of long sequences (averaging at least four chunks). There it measured faster
 // (H100, round 37, call GK, three interleaved runs: state stage varlen16 0.484 -> 0.347 ms, 4 x 4096 tokens 0.493 ->
 // 0.318; end to end -9.0 and -10.6 %); it lost on mixed64 (decodes beside prefills: +11 %, the decodes' fixed cost),
-// on chunked2k and spec256x8 (+53 to +59 %), and on a few long sequences (1.7-1.9x at 8 warps, 1.5-1.7x at 4: with a
+// on chunked2k and spec256x8 (+53 to +59 %), and on a few long sequences (1.8x at 8 warps, 1.5x at 4: with a
 // handful of blocks each warp's ~4 us chunk step is the cost, against ~2.3 us for the 32-column tiles with output
 // warps).
 inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
@@ -403,8 +402,8 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
     const int v_tile = state_v_tile(a), warps = state_warps(a), output_warps = state_output_warps(a);
     const bool fold = state_folds_output(a);
     if (const int regs = state_regs_warps_used(a); regs > 0) {
-      if (g.head_dim_k == 64) return launch_state_regs<E, BT, 64>(p, regs, sequences_heads, beside_prepare, stream);
-      return launch_state_regs<E, BT, 128>(p, regs, sequences_heads, beside_prepare, stream);
+      return g.head_dim_k == 64 ? launch_state_regs<E, BT, 64>(p, regs, sequences_heads, beside_prepare, stream)
+                                : launch_state_regs<E, BT, 128>(p, regs, sequences_heads, beside_prepare, stream);
     }
     // The short-sequence kernel takes the sequences of at most kShortStateRows tokens, state_long_items_kernel the
     // rest; where every sequence is that short (T itself is), the latter is not launched.
