@@ -153,9 +153,11 @@ class BenchProblem {
   // workspace of its own).
   Status run(hipStream_t stream) const {
     const int regs = bench_options().state_regs_warps;  // --kda_state_regs_warps: the state launch's form
-    if (forced() || regs != -1) {
+    const int warp_short = bench_options().warp_short;   // --kda_warp_short: the prepare's form
+    if (forced() || regs != -1 || warp_short != -1) {
       const DeviceBuffer& ws = forced() ? forced_workspace : workspace;
-      return detail::chunk_kda_fwd_on_path(args, ws.get(), ws.bytes(), stream, forced_path(), forced_output(), regs);
+      return detail::chunk_kda_fwd_on_path(args, ws.get(), ws.bytes(), stream, forced_path(), forced_output(), regs,
+                                           warp_short);
     }
     return chunk_kda_fwd(args, workspace.get(), workspace.bytes(), stream);
   }

@@ -42,6 +42,8 @@ void print_help() {
       "  --kda_state_fixed_share  the same benchmarks give that kernel no item counter (its plain form)\n"
       "  --kda_state_regs_warps=N  the folded state launch (stage and e2e benchmarks, --kda_check) forces the\n"
       "                       register-state kernel with N warps (2, 4, 8) or not (0)\n"
+      "  --kda_warp_short=N   the fused prepare (stage and e2e benchmarks) forces the warp-per-item kernel for\n"
+      "                       sequences of <= 8 tokens at 128 (1) or 168 (2) registers, or not (0)\n"
       "Default here: %s (pass --benchmark_min_time to change it).\n\n",
       bench_options().calls, bench_options().warmup, kda::bench::kHeads, kDefaultMinTime);
   benchmark::PrintDefaultHelp();
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
     } else if (int_flag(a, "--kda_calls", &bench_options().calls) || int_flag(a, "--kda_warmup", &bench_options().warmup) ||
                int_flag(a, "--kda_heads", &bench_options().heads) ||
                int_flag(a, "--kda_state_regs_warps", &bench_options().state_regs_warps) ||
+               int_flag(a, "--kda_warp_short", &bench_options().warp_short) ||
                int_flag(a, "--kda_state_v_tile", &bench_options().state_v_tile) ||
                int_flag(a, "--kda_state_warps", &bench_options().state_warps) ||
                int_flag(a, "--kda_state_output_warps", &bench_options().state_output_warps) ||

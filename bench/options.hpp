@@ -32,6 +32,10 @@ struct BenchOptions {
   // and the end-to-end ones) forces StateRecurrenceArgs::regs_warps (0: not the register-state kernel; 2, 4, 8: it,
   // with that many warps per block; -1 = launcher's, the default)
   int state_regs_warps = -1;
+  // --kda_warp_short=N: the fused form's prepare (the prepare_inputs stage benchmark and the end-to-end ones) forces
+  // ChunkPrepareInputsArgs::warp_short (0: not the warp-per-item kernel; 1, 2: it, at 128 or 168 registers; -1 =
+  // launcher's, the default)
+  int warp_short = -1;
   // --kda_output_separate: the end-to-end benchmarks run chunk_kda_fwd with the output as a launch of its own
   // (detail::ChunkKdaOutput::kSeparate, per-chunk h in a workspace sized for it), to compare with the folded form
   bool output_separate = false;

@@ -61,6 +61,7 @@ class StageRunner {
         detail::chunk_kda_stage_args(a, a.geometry, fill(fused_, detail::ChunkKdaPath::kFused),
                                      detail::ChunkKdaPath::kFused);
     prepare_inputs_ = fused.prepare_inputs;
+    prepare_inputs_.warp_short = bench_options().warp_short;
     inputs_fusable_ = fused.inputs_fused;
     const detail::ChunkKdaStageArgs s =
         detail::chunk_kda_stage_args(a, a.geometry, fill(staged_, detail::ChunkKdaPath::kStaged),

@@ -318,11 +318,12 @@ inline const uint32_t* chunk_kda_device_status(const void* workspace) { return s
 
 namespace detail {
 // chunk_kda_fwd on a chosen path; the workspace must hold chunk_kda_workspace_layout(a, path, output).total bytes.
-// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice), for benchmarks
-// and tests.
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch, prepare_warp_short:
+// ChunkPrepareInputsArgs::warp_short of the fused form's prepare (-1: the launcher's choice), for benchmarks and tests.
 inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size_t workspace_bytes,
                                     hipStream_t stream, ChunkKdaPath path,
-                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
+                                    ChunkKdaOutput output = ChunkKdaOutput::kAuto, int state_regs_warps = -1,
+                                    int prepare_warp_short = -1) {
   KDA_RETURN_IF_ERROR(detail::validate_chunk_kda(a));
   const detail::ChunkKdaWorkspaceLayout l = detail::chunk_kda_workspace_layout(a, path, output);
   if (workspace_bytes < l.total) return Status(StatusCode::kWorkspaceTooSmall, "workspace: smaller than chunk_kda_workspace_size()");
@@ -347,7 +348,10 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
   state.regs_warps = state_regs_warps;
   if (state_regs_warps != -1) KDA_RETURN_IF_ERROR(detail::validate_state_v_tile(state));
   if (s.inputs_fused) {
-    KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(s.prepare_inputs, chunks, stream));
+    ChunkPrepareInputsArgs prepare = s.prepare_inputs;
+    prepare.warp_short = prepare_warp_short;
+    if (prepare_warp_short != -1) KDA_RETURN_IF_ERROR(detail::validate_chunk_prepare_inputs(prepare));
+    KDA_RETURN_IF_ERROR(detail::enqueue_chunk_prepare_inputs(prepare, chunks, stream));
     KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));
     return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
   }

@@ -275,9 +275,11 @@ std::vector<float> float_values(const std::vector<uint8_t>& bytes) {
 struct PathRun {
   std::vector<uint8_t> o, state, ws;
 };
-// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch (-1: the launcher's choice).
+// state_regs_warps: StateRecurrenceArgs::regs_warps of the state launch, prepare_warp_short:
+// ChunkPrepareInputsArgs::warp_short of the fused prepare (-1: the launcher's choice).
 PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
-                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1) {
+                    detail::ChunkKdaOutput output = detail::ChunkKdaOutput::kAuto, int state_regs_warps = -1,
+                    int prepare_warp_short = -1) {
   PathRun r;
   const size_t bytes = detail::chunk_kda_workspace_layout(dp.args, path, output).total;
   DeviceBuffer ws(bytes);
@@ -286,7 +288,8 @@ PathRun run_on_path(DeviceProblem& dp, detail::ChunkKdaPath path,
     EXPECT_EQ(hipMemsetAsync(dp.o.get(), 0xff, size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2, nullptr),
               hipSuccess);
   }
-  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps);
+  const Status s = detail::chunk_kda_fwd_on_path(dp.args, ws.get(), bytes, nullptr, path, output, state_regs_warps,
+                                                 prepare_warp_short);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   r.o = download_raw(dp.o.get(), size_t(dp.problem.T) * dp.problem.H * dp.problem.V * 2);
@@ -434,6 +437,121 @@ TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
   EXPECT_FALSE(detail::prepare_inputs_short_path_used(a));
   a.short_chunks = 1;
   EXPECT_TRUE(detail::prepare_inputs_short_path_used(a));
+}
+
+// The warp-per-item prepare (chunk_prepare_warp_short.hpp: where the caller bounds every sequence at 8 tokens, K = V =
+// 128, NVIDIA) against the short-only kernel it replaces there: every byte they write must agree (Aqk's hi + lo pair,
+// w, u, kg, qg, G_last), at both of its register budgets (warp_short 1 and 2), on sequences of every length 0-8, for
+// every gate, g stored as fp32, bf16 or fp16, beta as bf16, fp16 I/O, views that are not 8-byte aligned (its
+// per-element loads), and both metadata modes. The launcher picks it by itself under the bound only when
+// kWarpShortByDefault, and never without the bound; forcing it there is refused.
+TEST(ChunkKdaBitIdentity, FusedPrepareWarpShortMatchesShortOnly) {
+  ASSERT_TRUE(have_gpu());
+#if !defined(KDA_PLATFORM_CUDA)
+  GTEST_SKIP() << "the warp-per-item prepare is NVIDIA only";
+#endif
+  std::vector<int64_t> lengths0to8 = {0};
+  for (int rep = 0; rep < 3; ++rep)
+    for (int64_t len = 0; len <= 8; ++len) lengths0to8.push_back(lengths0to8.back() + len);
+  const std::vector<Batch> batches = {{"spec64x8", spec_cu(64, 8), 3, 128, 128},
+                                      {"lengths0to8", lengths0to8, 2, 128, 128}};
+  struct Variant {
+    GateKind gate;
+    ScalarType g_type, beta_type;
+    DType io;
+    bool unaligned;  // q, k, v and g read through views one element past their buffers' starts
+  };
+  const std::vector<Variant> variants = {
+      {GateKind::kSoftplus, ScalarType::kFloat32, ScalarType::kFloat32, DType::kBF16, false},
+      {GateKind::kSoftplus, ScalarType::kBFloat16, ScalarType::kBFloat16, DType::kBF16, false},
+      {GateKind::kSoftplus, ScalarType::kFloat16, ScalarType::kFloat32, DType::kBF16, false},
+      {GateKind::kLowerBound, ScalarType::kFloat32, ScalarType::kFloat32, DType::kBF16, false},
+      {GateKind::kPrecomputed, ScalarType::kFloat32, ScalarType::kFloat32, DType::kBF16, false},
+      {GateKind::kSoftplus, ScalarType::kFloat32, ScalarType::kFloat16, DType::kFP16, false},
+      {GateKind::kSoftplus, ScalarType::kFloat32, ScalarType::kFloat32, DType::kBF16, true},
+      {GateKind::kSoftplus, ScalarType::kBFloat16, ScalarType::kFloat32, DType::kFP16, true},
+  };
+  uint64_t seed = 3800;
+  for (const Batch& b : batches) {
+    for (const Variant& v : variants) {
+      for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+        const ref::KdaProblem p = kimi_problem(b, v.gate, v.io, ++seed);
+        DeviceProblemOptions opt;
+        opt.g_type = v.g_type;
+        opt.beta_type = v.beta_type;
+        opt.mode = mode;
+        opt.max_sequence_tokens = kernels::kWarpShortRows;
+        auto dp = make_device_problem(p, opt);
+        ASSERT_NE(dp, nullptr);
+        const std::string what = b.name + " gate " + std::to_string(int(v.gate)) + " g_type " +
+                                 std::to_string(int(v.g_type)) + " beta_type " + std::to_string(int(v.beta_type)) +
+                                 (v.io == DType::kFP16 ? " fp16" : " bf16") + (v.unaligned ? " unaligned" : "") +
+                                 " " + mode_name(mode);
+        const auto l = detail::chunk_kda_workspace_layout(dp->args, detail::ChunkKdaPath::kFused);
+        ASSERT_TRUE(l.inputs_fused) << what;
+        // The unaligned views: copies of q, k, v (16-bit) and g one element into buffers one element longer.
+        DeviceBuffer shifted[4];
+        const TensorView* views[4] = {&dp->args.q, &dp->args.k, &dp->args.v, &dp->args.g};
+        const size_t elem[4] = {2, 2, 2, v.g_type == ScalarType::kFloat32 ? size_t(4) : size_t(2)};
+        const size_t count[4] = {size_t(p.T) * p.H * p.K, size_t(p.T) * p.H * p.K, size_t(p.T) * p.H * p.V,
+                                 size_t(p.T) * p.H * p.K};
+        if (v.unaligned) {
+          for (int x = 0; x < 4; ++x) {
+            shifted[x].allocate((count[x] + 1) * elem[x]);
+            ASSERT_NE(shifted[x].get(), nullptr);
+            ASSERT_EQ(hipMemcpy(shifted[x].as<char>() + elem[x], views[x]->data, count[x] * elem[x],
+                                hipMemcpyDeviceToDevice),
+                      hipSuccess);
+          }
+        }
+        std::vector<uint8_t> out[3];
+        for (int warp_short : {0, 1, 2}) {
+          DeviceBuffer ws(l.total);
+          ASSERT_EQ(hipMemsetAsync(ws.get(), 0x5a, l.total, nullptr), hipSuccess);
+          ChunkPrepareInputsArgs a =
+              detail::chunk_kda_stage_args(dp->args, dp->args.geometry, ws.get(), detail::ChunkKdaPath::kFused)
+                  .prepare_inputs;
+          EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), detail::kWarpShortByDefault ? 1 : 0)
+              << what << ": launcher's choice under the bound";
+          if (v.unaligned) {
+            TensorView* dst[4] = {&a.q, &a.k, &a.v, &a.g};
+            for (int x = 0; x < 4; ++x) dst[x]->data = shifted[x].as<char>() + elem[x];
+          }
+          a.warp_short = warp_short;
+          DeviceBuffer meta(std::max<size_t>(chunk_prepare_inputs_workspace_size(a), 16));
+          const Status st = launch_chunk_prepare_inputs(a, meta.get(), meta.bytes(), nullptr);
+          ASSERT_TRUE(st.is_ok()) << what << ": " << st.message();
+          ASSERT_EQ(hipDeviceSynchronize(), hipSuccess);
+          out[warp_short] = ws.download_bytes();
+        }
+        for (int warp_short : {1, 2}) {
+          size_t differing = 0;
+          for (size_t i = 0; i < out[0].size(); ++i) differing += out[0][i] != out[warp_short][i];
+          EXPECT_EQ(differing, 0u) << what << ": warp_short " << warp_short
+                                   << ": bytes differ from the short-only kernel's";
+        }
+        // Not untouched workspaces: every row of w was written (no 4-byte word of it still holds the fill).
+        size_t fill_words = 0;
+        for (size_t o = l.w; o + 4 <= l.w + size_t(p.T) * p.H * p.K * 2; o += 4)
+          fill_words += std::memcmp(out[1].data() + o, "\x5a\x5a\x5a\x5a", 4) == 0;
+        EXPECT_EQ(fill_words, 0u) << what << ": w not written";
+      }
+    }
+  }
+  // Without the bound, or with one above 8 tokens, the launcher keeps the other kernels; forcing it there is refused.
+  const ref::KdaProblem p = kimi_problem(batches[0], GateKind::kSoftplus, DType::kBF16, 3899);
+  for (int64_t bound : {int64_t(0), int64_t(9)}) {
+    DeviceProblemOptions opt;
+    opt.max_sequence_tokens = bound;
+    auto dp = make_device_problem(p, opt);
+    ASSERT_NE(dp, nullptr);
+    ChunkPrepareInputsArgs a =
+        detail::chunk_kda_stage_args(dp->args, dp->args.geometry, dp->workspace.get(), detail::ChunkKdaPath::kFused)
+            .prepare_inputs;
+    EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), 0) << "bound " << bound;
+    a.warp_short = 1;
+    EXPECT_FALSE(detail::validate_chunk_prepare_inputs(a).is_ok()) << "bound " << bound;
+  }
 }
 
 // The output folded into the state kernel (o formed chunk after chunk from qg, round(S) and v_new on chip) against
@@ -656,25 +774,42 @@ BoundRuns run_without_and_with_bound(const ref::KdaProblem& p, MetadataMode mode
 // for short sequences alone: the prepare kernel without its long path, the short state kernel without its partner for
 // long sequences and in its plain form even with derived tables. The bits must be those of the same batch without the
 // bound (o, final state and every intermediate), in both metadata modes, for K and V in {64, 128}, with empty
-// sequences and chunks of every length 1-16; the device status stays clear.
+// sequences and chunks of every length 1-16; the device status stays clear. A bound of at most 8 tokens (K = V = 128)
+// runs the warp-per-item prepare instead where the launcher picks it (NVIDIA, kWarpShortByDefault): the same bits.
 TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
   ASSERT_TRUE(have_gpu());
-  std::vector<int64_t> every_length = {0};
-  for (int rep = 0; rep < 3; ++rep)
+  std::vector<int64_t> every_length = {0}, every_length8 = {0};
+  for (int rep = 0; rep < 3; ++rep) {
     for (int64_t len = 0; len <= 16; ++len) every_length.push_back(every_length.back() + len);
-  const std::vector<Batch> batches = {{"spec64x8", spec_cu(64, 8), 2, 128, 128},
-                                      {"lengths0to16_k64", every_length, 2, 64, 128},
-                                      {"lengths0to16_v64", every_length, 2, 128, 64}};
+    for (int64_t len = 0; len <= 8; ++len) every_length8.push_back(every_length8.back() + len);
+  }
+  struct Case {
+    Batch b;
+    int64_t bound;
+  };
+  const std::vector<Case> cases = {{{"spec64x8", spec_cu(64, 8), 2, 128, 128}, 16},
+                                   {{"lengths0to16_k64", every_length, 2, 64, 128}, 16},
+                                   {{"lengths0to16_v64", every_length, 2, 128, 64}, 16},
+                                   {{"spec64x8", spec_cu(64, 8), 2, 128, 128}, 8},
+                                   {{"lengths0to8", every_length8, 3, 128, 128}, 8}};
   uint64_t seed = 3300;
-  for (const Batch& b : batches) {
+  for (const Case& c : cases) {
+    const Batch& b = c.b;
     for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
       const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, ++seed);
-      const BoundRuns r = run_without_and_with_bound(p, mode, 16);
+      const BoundRuns r = run_without_and_with_bound(p, mode, c.bound);
       ASSERT_TRUE(r.plain && r.bound) << b.name;
       const DeviceProblem &plain = *r.plain, &bound = *r.bound;
       const RunResult &rp = r.plain_result, &rb = r.bound_result;
-      const std::string what = b.name + " " + mode_name(mode);
+      const std::string what = b.name + " bound " + std::to_string(c.bound) + " " + mode_name(mode);
       ASSERT_TRUE(detail::every_sequence_short(bound.args.geometry.metadata)) << what;
+#if defined(KDA_PLATFORM_CUDA)
+      EXPECT_EQ(detail::prepare_inputs_warp_short_used(
+                    detail::chunk_kda_stage_args(bound.args, bound.args.geometry, bound.workspace.get())
+                        .prepare_inputs) > 0,
+                detail::kWarpShortByDefault && c.bound <= kernels::kWarpShortRows)
+          << what << ": the warp-per-item prepare";
+#endif
       EXPECT_EQ(rp.o_bytes, rb.o_bytes) << what << ": o differs with the bound";
       EXPECT_EQ(rp.state_bytes, rb.state_bytes) << what << ": final state differs with the bound";
       expect_bit_identical(plain, bound, what);
@@ -711,6 +846,47 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
       if (cu[n + 1] - cu[n] > 16) continue;
       const SequenceBytesEqual eq =
           sequence_bytes_equal(cu, n, rp.o_bytes, rb.o_bytes, row_bytes, rp.state_bytes, rb.state_bytes, state_bytes);
+      rows_differing += !eq.o;
+      states_differing += !eq.state;
+    }
+    EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
+    EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
+  }
+}
+
+// A sequence longer than the bound of 8 under the warp-per-item prepare (forced: the launcher does not pick it yet):
+// reported, nothing outside its own rows touched (memcheck runs this test), and the other sequences' o rows and final
+// states are those of the same batch run without the bound. (Its own o rows are not specified: the short-only state
+// kernel still takes a sequence of 9-16 tokens; see kWarpShortByDefault.)
+TEST(ChunkKdaShortState, SequenceOverTheWarpShortBoundIsReportedAndSkipped) {
+  ASSERT_TRUE(have_gpu());
+#if !defined(KDA_PLATFORM_CUDA)
+  GTEST_SKIP() << "the warp-per-item prepare is NVIDIA only";
+#endif
+  std::vector<int64_t> cu = {0};
+  for (int n = 0; n < 15; ++n) cu.push_back(cu.back() + (n == 6 ? 12 : 8));
+  const Batch b{"one_over_the_warp_bound", cu, 2, 128, 128};
+  const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 3950);
+  for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {
+    DeviceProblemOptions plain_opt, bound_opt;
+    plain_opt.mode = bound_opt.mode = mode;
+    bound_opt.max_sequence_tokens = kernels::kWarpShortRows;
+    const RunResult rp = run_once(p, plain_opt);
+    auto dp = make_device_problem(p, bound_opt);
+    ASSERT_NE(dp, nullptr);
+    const PathRun rb = run_on_path(*dp, detail::ChunkKdaPath::kAuto, detail::ChunkKdaOutput::kAuto,
+                                   /*state_regs_warps=*/-1, /*prepare_warp_short=*/1);
+    const std::string what = mode_name(mode);
+    uint32_t status = 0;
+    ASSERT_GE(rb.ws.size(), sizeof(status));
+    std::memcpy(&status, rb.ws.data(), sizeof(status));  // chunk_kda_device_status: the workspace's first word
+    EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
+    const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
+    size_t rows_differing = 0, states_differing = 0;
+    for (size_t n = 0; n + 1 < cu.size(); ++n) {
+      if (cu[n + 1] - cu[n] > kernels::kWarpShortRows) continue;
+      const SequenceBytesEqual eq =
+          sequence_bytes_equal(cu, n, rp.o_bytes, rb.o, row_bytes, rp.state_bytes, rb.state, state_bytes);
       rows_differing += !eq.o;
       states_differing += !eq.state;
     }

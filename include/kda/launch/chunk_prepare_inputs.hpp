@@ -6,9 +6,13 @@
 // In chunks of 64, batches whose sequences average fewer than four chunks (decodes, speculative drafts, short
 // prefills) run a second kernel whose blocks take chunks of at most 16 rows on a short path
 // (ChunkPrepareInputsArgs::short_chunks), and a third, with the short path alone, where the caller bounds every
-// sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); the bits are the same.
+// sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); on NVIDIA with K = V = 128 and a bound of at most 8
+// tokens (speculative batches), a fourth that takes one (chunk, head) per warp (chunk_prepare_warp_short.hpp; only
+// when forced by ChunkPrepareInputsArgs::warp_short until it has run on a GPU: kWarpShortByDefault). The bits are the
+// same whichever runs.
 #pragma once
 
+#include "kda/chunk_prepare_warp_short.hpp"
 #include "kda/launch/chunk_prepare.hpp"
 #include "kda/launch/gate_cumsum.hpp"
 
@@ -39,6 +43,11 @@ struct ChunkPrepareInputsArgs {
   // (detail::prepare_inputs_short_path_used), 0 = the long path takes them, 1 = a short path of their own
   // (chunk_prepare_inputs_short_mma_kernel; chunk_size 64 only). Either gives the same bits.
   int short_chunks = -1;
+  // Where the caller bounds every sequence at kernels::kWarpShortRows tokens (K = V = 128, chunk size 64, NVIDIA):
+  // -1 = the launcher's choice (detail::prepare_inputs_warp_short_used), 0 = never, 1 or 2 = the warp-per-item kernel
+  // (chunk_prepare_inputs_warp_short_kernel; needs what detail::prepare_inputs_warp_short_ok lists) at 128 registers
+  // (kernels::kWarpShortMinBlocks blocks per SM) or at 168 (kWarpShortMinBlocksNoSpill), for tuning. Same bits.
+  int warp_short = -1;
 };
 
 inline size_t chunk_prepare_inputs_workspace_size(const ChunkPrepareInputsArgs& a) {
@@ -51,6 +60,21 @@ namespace detail {
 inline bool scalar_vector_aligned(const TensorView& v, ScalarType type) {
   const int64_t elems = type == ScalarType::kFloat32 ? 4 : 8;
   return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.token_stride % elems == 0 && v.head_stride % elems == 0;
+}
+
+// Whether the warp-per-item kernel (chunk_prepare_warp_short.hpp) can take this call: NVIDIA, K = V = 128, chunks of
+// 64, the short path not refused, and the caller's bound on every sequence at most kernels::kWarpShortRows tokens
+// (which also rules out a chunk past a sequence's first).
+inline bool prepare_inputs_warp_short_ok(const ChunkPrepareInputsArgs& a) {
+#if defined(KDA_PLATFORM_CUDA)
+  constexpr bool kNvidia = true;
+#else
+  constexpr bool kNvidia = false;
+#endif
+  const StageGeometry& g = a.geometry;
+  const int64_t bound = g.metadata.max_sequence_tokens;
+  return kNvidia && g.head_dim_k == 128 && g.head_dim_v == 128 && g.chunk_size == 64 && a.short_chunks != 0 &&
+         bound > 0 && bound <= kernels::kWarpShortRows;
 }
 
 inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
@@ -80,7 +104,25 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
   KDA_REQUIRE(intermediates_aligned(a.Aqk, a.G_last, a.Aqk_hi, a.Aqk_lo), "Aqk/G_last: not 16-byte aligned");
   KDA_REQUIRE(a.short_chunks >= -1 && a.short_chunks <= 1, "short_chunks: must be -1, 0 or 1");
   KDA_REQUIRE(a.short_chunks != 1 || g.chunk_size == 64, "short_chunks: 1 needs chunk_size 64");
+  KDA_REQUIRE(a.warp_short >= -1 && a.warp_short <= 2, "warp_short: must be -1, 0, 1 or 2");
+  KDA_REQUIRE(a.warp_short <= 0 || prepare_inputs_warp_short_ok(a),
+              "warp_short: 1 and 2 need NVIDIA, head_dim_k = head_dim_v = 128, chunk_size 64, short_chunks -1 or 1 and "
+              "metadata.max_sequence_tokens in [1, 8]");
   return Status();
+}
+
+// Whether the launcher picks the warp-per-item kernel by itself where it can. Not yet: it has not run on a GPU (round
+// 38 built it and could not get a device; docs/performance.md, round 38). Before this turns true: its tests and an
+// A/B against the short-only kernel on the device, and the short-only state kernel skipping the sequences longer than
+// the caller's bound (not only those longer than its 16 rows), so that a sequence of 9-16 tokens under a bound of 8
+// is skipped by both launches, as the README promises, rather than by the prepare alone.
+constexpr bool kWarpShortByDefault = false;
+
+// The form of it launch_chunk_prepare_inputs runs (1: 128 registers, 2: 168), 0 for none: forced by warp_short, else
+// 1 wherever it can when kWarpShortByDefault.
+inline int prepare_inputs_warp_short_used(const ChunkPrepareInputsArgs& a) {
+  if (a.warp_short >= 0) return a.warp_short;
+  return kWarpShortByDefault && prepare_inputs_warp_short_ok(a) ? 1 : 0;
 }
 
 // Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else in chunks of
@@ -119,6 +161,29 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   in.qg = a.qg;
   in.G_last = a.G_last;
   const bool v_vector = vector_aligned(a.v);
+#if defined(KDA_PLATFORM_CUDA)
+  const int64_t warp_short_blocks =
+      (chunks.grid_chunks * g.num_heads + kernels::kWarpShortWarps - 1) / kernels::kWarpShortWarps;
+  // (A grid past x's limit, which only a batch of ~2^31 tokens could ask for, takes the short-only kernel instead.)
+  const int warp_short = prepare_inputs_warp_short_used(a);
+  if (warp_short > 0 && warp_short_blocks <= int64_t(INT32_MAX)) {  // one (chunk, head) per warp
+    const auto blocks = static_cast<unsigned>(warp_short_blocks);
+    constexpr int kThreads = kernels::kWarpShortWarps * kWarpSize;
+    auto launch = [&](auto e, auto min_blocks) {
+      kernels::chunk_prepare_inputs_warp_short_kernel<decltype(e), 64, 128, 128, decltype(min_blocks)::value>
+          <<<blocks, kThreads, 0, stream>>>(ip, wp, in, v_vector);
+    };
+    using Spill = std::integral_constant<int, kernels::kWarpShortMinBlocks>;
+    using NoSpill = std::integral_constant<int, kernels::kWarpShortMinBlocksNoSpill>;
+    if (g.dtype == DType::kBF16) {
+      warp_short == 2 ? launch(bf16_t{}, NoSpill{}) : launch(bf16_t{}, Spill{});
+    } else {
+      warp_short == 2 ? launch(fp16_t{}, NoSpill{}) : launch(fp16_t{}, Spill{});
+    }
+    KDA_RETURN_IF_LAUNCH_ERROR();
+    return Status();
+  }
+#endif
   const bool short_path = prepare_inputs_short_path_used(a);
   Status opt_in;  // the long-only kernel's dynamic shared memory (v rows), where it needs the opt-in
   const Status launched = dispatch_prepare_kernel(g, chunks, [&](auto e, auto bt, auto k, auto v, dim3 grid) {
