@@ -80,8 +80,10 @@ namespace kda {
 
 #if defined(KDA_PLATFORM_CUDA)
 constexpr int kWarpSize = 32;
+constexpr bool kPlatformNvidia = true;  // for host rules on kernels that exist on NVIDIA only
 #else
 constexpr int kWarpSize = 64;  // CDNA wavefront; never assume 32 in shared code
+constexpr bool kPlatformNvidia = false;
 #endif
 
 // A kernel parameter whose address device code may take (passed to a function that is not inlined) without a copy

@@ -822,6 +822,24 @@ TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
   }
 }
 
+// The o rows and final states of every sequence of at most `bound` tokens are the same bytes in runs a and b (one
+// [T,H,V] bf16 o and one [N,H,K,V] fp32 state pool each).
+void expect_sequences_within_bound_equal(const ref::KdaProblem& p, const std::vector<int64_t>& cu, int64_t bound,
+                                         const std::vector<uint8_t>& o_a, const std::vector<uint8_t>& o_b,
+                                         const std::vector<uint8_t>& state_a, const std::vector<uint8_t>& state_b,
+                                         const std::string& what) {
+  const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
+  size_t rows_differing = 0, states_differing = 0;
+  for (size_t n = 0; n + 1 < cu.size(); ++n) {
+    if (cu[n + 1] - cu[n] > bound) continue;
+    const SequenceBytesEqual eq = sequence_bytes_equal(cu, n, o_a, o_b, row_bytes, state_a, state_b, state_bytes);
+    rows_differing += !eq.o;
+    states_differing += !eq.state;
+  }
+  EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
+  EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
+}
+
 // A sequence longer than the caller's bound is skipped and reported (kDeviceStatusSequenceOverBound), without touching
 // anything outside its own rows (the GPU validation runs this test under memcheck): the other sequences' o rows and
 // final states are those of the same batch without the bound.
@@ -840,17 +858,7 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
     KDA_ASSERT_RT(hipMemcpy(&status, chunk_kda_device_status(r.bound->workspace.get()), sizeof(status),
                             hipMemcpyDeviceToHost));
     EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
-    const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
-    size_t rows_differing = 0, states_differing = 0;
-    for (size_t n = 0; n + 1 < cu.size(); ++n) {
-      if (cu[n + 1] - cu[n] > 16) continue;
-      const SequenceBytesEqual eq =
-          sequence_bytes_equal(cu, n, rp.o_bytes, rb.o_bytes, row_bytes, rp.state_bytes, rb.state_bytes, state_bytes);
-      rows_differing += !eq.o;
-      states_differing += !eq.state;
-    }
-    EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
-    EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
+    expect_sequences_within_bound_equal(p, cu, 16, rp.o_bytes, rb.o_bytes, rp.state_bytes, rb.state_bytes, what);
   }
 }
 
@@ -881,17 +889,8 @@ TEST(ChunkKdaShortState, SequenceOverTheWarpShortBoundIsReportedAndSkipped) {
     ASSERT_GE(rb.ws.size(), sizeof(status));
     std::memcpy(&status, rb.ws.data(), sizeof(status));  // chunk_kda_device_status: the workspace's first word
     EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
-    const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
-    size_t rows_differing = 0, states_differing = 0;
-    for (size_t n = 0; n + 1 < cu.size(); ++n) {
-      if (cu[n + 1] - cu[n] > kernels::kWarpShortRows) continue;
-      const SequenceBytesEqual eq =
-          sequence_bytes_equal(cu, n, rp.o_bytes, rb.o, row_bytes, rp.state_bytes, rb.state, state_bytes);
-      rows_differing += !eq.o;
-      states_differing += !eq.state;
-    }
-    EXPECT_EQ(rows_differing, 0u) << what << ": o of the sequences within the bound";
-    EXPECT_EQ(states_differing, 0u) << what << ": final states of the sequences within the bound";
+    expect_sequences_within_bound_equal(p, cu, kernels::kWarpShortRows, rp.o_bytes, rb.o, rp.state_bytes, rb.state,
+                                        what);
   }
 }
 

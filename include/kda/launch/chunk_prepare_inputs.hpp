@@ -66,14 +66,9 @@ inline bool scalar_vector_aligned(const TensorView& v, ScalarType type) {
 // 64, the short path not refused, and the caller's bound on every sequence at most kernels::kWarpShortRows tokens
 // (which also rules out a chunk past a sequence's first).
 inline bool prepare_inputs_warp_short_ok(const ChunkPrepareInputsArgs& a) {
-#if defined(KDA_PLATFORM_CUDA)
-  constexpr bool kNvidia = true;
-#else
-  constexpr bool kNvidia = false;
-#endif
   const StageGeometry& g = a.geometry;
   const int64_t bound = g.metadata.max_sequence_tokens;
-  return kNvidia && g.head_dim_k == 128 && g.head_dim_v == 128 && g.chunk_size == 64 && a.short_chunks != 0 &&
+  return kPlatformNvidia && g.head_dim_k == 128 && g.head_dim_v == 128 && g.chunk_size == 64 && a.short_chunks != 0 &&
          bound > 0 && bound <= kernels::kWarpShortRows;
 }
 

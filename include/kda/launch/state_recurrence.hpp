@@ -188,12 +188,7 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
   const StageGeometry& g = a.geometry;
   const bool o_vectors = reinterpret_cast<uintptr_t>(a.o.data) % 16 == 0 && a.o.token_stride % 8 == 0 &&
                          a.o.head_stride % 8 == 0;
-#if defined(KDA_PLATFORM_CUDA)
-  constexpr bool kNvidia = true;
-#else
-  constexpr bool kNvidia = false;
-#endif
-  return kNvidia && state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
+  return kPlatformNvidia && state_folds_output(a) && a.h == nullptr && a.v_new == nullptr &&
          (g.head_dim_k == 64 || g.head_dim_k == 128) && (warps == 2 || warps == 4 || warps == 8) &&
          g.head_dim_v % (16 * warps) == 0 && (g.chunk_size == 32 || g.chunk_size == 64) && o_vectors;
 }
