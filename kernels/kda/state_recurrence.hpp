@@ -47,7 +47,7 @@ struct StateRecurrenceParams {
   MutableTensorView o;                   // out [T,H,V]
   float scale = 1.0f;                    // the effective scale
   // The longest sequence state_short_mma_kernel takes (state_recurrence_short_mma.hpp); state_long_items_kernel,
-  // launched beside it, takes the longer ones.
+  // launched beside it, takes the longer ones. In its short-only form: the caller's bound on every sequence.
   int short_rows = 0;
   // state_short_mma_kernel's kTickets form: a device word that is zero when it starts. Its blocks take their items
   // as they get to them (one atomic per item), so blocks that start late, behind the long sequences' chains, take

@@ -79,8 +79,9 @@ constexpr size_t state_short_shared_bytes() {
 }
 
 // Block `block` of the `blocks` short-item blocks. kShortOnly: no kernel takes the longer sequences (the caller
-// bounds every sequence at kShortStateRows tokens, ChunkMetadataArgs::max_sequence_tokens), so a longer one is
-// reported (kDeviceStatusSequenceOverBound) and skipped. A form of its own, so that the others keep their code.
+// bounds every sequence at p.short_rows <= kShortStateRows tokens, ChunkMetadataArgs::max_sequence_tokens), so a
+// longer one is reported (kDeviceStatusSequenceOverBound) and skipped: the prepare stage skipped it as well where the
+// bound is at most 8 (the warp-per-item prepare), so its operands were never written. A form of its own, so that the others keep their code.
 template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p, unsigned block, unsigned blocks) {
   namespace m = detail::mma;
@@ -168,7 +169,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
     for (; i < items; i += item_stride, x = i < items ? fetch(i).x : x) {
       const SequenceChunks seq = resolve_sequence_chunks<BT>(p, x);
       const int64_t length = seq.eos - seq.bos;
-      if (length > kShortStateRows) {
+      if (length > (kShortOnly ? p.short_rows : kShortStateRows)) {
         if (kShortOnly && threadIdx.x == 0) p.chunks.report(detail::kDeviceStatusSequenceOverBound);
         if (taken == nullptr) continue;
         return Item{i, 0, 0, -1, 0, 0, 0, false};

@@ -864,8 +864,9 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
 
 // A sequence longer than the bound of 8 under the warp-per-item prepare (forced: the launcher does not pick it yet):
 // reported, nothing outside its own rows touched (memcheck runs this test), and the other sequences' o rows and final
-// states are those of the same batch run without the bound. (Its own o rows are not specified: the short-only state
-// kernel still takes a sequence of 9-16 tokens; see kWarpShortByDefault.)
+// states are those of the same batch run without the bound. Its own o rows keep the NaNs run_on_path filled them with:
+// the short-only state kernel skips a sequence over the caller's bound, as the prepare did (it would otherwise run
+// its 12 tokens on operands nobody wrote).
 TEST(ChunkKdaShortState, SequenceOverTheWarpShortBoundIsReportedAndSkipped) {
   ASSERT_TRUE(have_gpu());
 #if !defined(KDA_PLATFORM_CUDA)
@@ -891,6 +892,9 @@ TEST(ChunkKdaShortState, SequenceOverTheWarpShortBoundIsReportedAndSkipped) {
     EXPECT_EQ(status, uint32_t(detail::kDeviceStatusSequenceOverBound)) << what;
     expect_sequences_within_bound_equal(p, cu, kernels::kWarpShortRows, rp.o_bytes, rb.o, rp.state_bytes, rb.state,
                                         what);
+    const size_t row_bytes = size_t(p.H) * p.V * 2;
+    const auto first = rb.o.begin() + cu[6] * row_bytes, last = rb.o.begin() + cu[7] * row_bytes;
+    EXPECT_EQ(std::count(first, last, uint8_t(0xff)), last - first) << what << ": o rows of the skipped sequence";
   }
 }
 

@@ -408,8 +408,10 @@ inline Status enqueue_state_recurrence(const StateRecurrenceArgs& a, const Resol
         const bool all_short = g.metadata.total_tokens <= kernels::kShortStateRows;
         auto launch = [&](auto k) -> Status {
           constexpr int K = decltype(k)::value;
-          // Where the caller bounds every sequence at kShortStateRows tokens, no kernel runs the longer ones.
+          // Where the caller bounds every sequence at kShortStateRows tokens, no kernel runs the longer ones, and
+          // the kernel skips (and reports) a sequence over the bound itself, as the prepare stage does.
           if (every_sequence_short(g.metadata)) {
+            p.short_rows = int(g.metadata.max_sequence_tokens);
             return launch_state_short<E, BT, K, false, /*kShortOnly=*/true>(p, sequences_heads, /*all_short=*/true,
                                                                             stream);
           }
