@@ -18,8 +18,8 @@
 //   - w, u: the same m16n8k16 products as the short path's 16x16 jobs (Tinv hi, then lo, on the right-hand sides),
 //     with the operand values at the same positions: rows and columns 8-15, zero there, are zero registers here.
 // Tests (tests/gpu/test_pipeline.cu): ChunkKdaBitIdentity.FusedPrepareWarpShortMatchesShortOnly (every byte against the
-// short-only kernel) and ChunkKdaShortState.SequenceOverTheWarpShortBoundIsReportedAndSkipped. Not yet run on a GPU,
-// so the launcher runs it only when forced (detail::kWarpShortByDefault).
+// short-only kernel) and ChunkKdaShortState.SequenceOverTheWarpShortBoundIsReportedAndSkipped; both passed on an H100
+// (round 39), and the launcher runs it wherever it can (detail::kWarpShortDefaultForm).
 #pragma once
 
 #include "kda/intra_chunk_mma.hpp"

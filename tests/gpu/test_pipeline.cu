@@ -443,8 +443,8 @@ TEST(ChunkKdaBitIdentity, FusedPrepareShortPathMatchesLongPath) {
 // 128, NVIDIA) against the short-only kernel it replaces there: every byte they write must agree (Aqk's hi + lo pair,
 // w, u, kg, qg, G_last), at both of its register budgets (warp_short 1 and 2), on sequences of every length 0-8, for
 // every gate, g stored as fp32, bf16 or fp16, beta as bf16, fp16 I/O, views that are not 8-byte aligned (its
-// per-element loads), and both metadata modes. The launcher picks it by itself under the bound only when
-// kWarpShortByDefault, and never without the bound; forcing it there is refused.
+// per-element loads), and both metadata modes. The launcher picks it by itself under the bound (in its
+// kWarpShortDefaultForm), and never without the bound; forcing it there is refused.
 TEST(ChunkKdaBitIdentity, FusedPrepareWarpShortMatchesShortOnly) {
   ASSERT_TRUE(have_gpu());
 #if !defined(KDA_PLATFORM_CUDA)
@@ -511,7 +511,7 @@ TEST(ChunkKdaBitIdentity, FusedPrepareWarpShortMatchesShortOnly) {
           ChunkPrepareInputsArgs a =
               detail::chunk_kda_stage_args(dp->args, dp->args.geometry, ws.get(), detail::ChunkKdaPath::kFused)
                   .prepare_inputs;
-          EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), detail::kWarpShortByDefault ? 1 : 0)
+          EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), detail::kWarpShortDefaultForm)
               << what << ": launcher's choice under the bound";
           if (v.unaligned) {
             TensorView* dst[4] = {&a.q, &a.k, &a.v, &a.g};
@@ -775,7 +775,7 @@ BoundRuns run_without_and_with_bound(const ref::KdaProblem& p, MetadataMode mode
 // long sequences and in its plain form even with derived tables. The bits must be those of the same batch without the
 // bound (o, final state and every intermediate), in both metadata modes, for K and V in {64, 128}, with empty
 // sequences and chunks of every length 1-16; the device status stays clear. A bound of at most 8 tokens (K = V = 128)
-// runs the warp-per-item prepare instead where the launcher picks it (NVIDIA, kWarpShortByDefault): the same bits.
+// runs the warp-per-item prepare instead where the launcher picks it (NVIDIA, kWarpShortDefaultForm): the same bits.
 TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
   ASSERT_TRUE(have_gpu());
   std::vector<int64_t> every_length = {0}, every_length8 = {0};
@@ -807,7 +807,7 @@ TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
       EXPECT_EQ(detail::prepare_inputs_warp_short_used(
                     detail::chunk_kda_stage_args(bound.args, bound.args.geometry, bound.workspace.get())
                         .prepare_inputs) > 0,
-                detail::kWarpShortByDefault && c.bound <= kernels::kWarpShortRows)
+                detail::kWarpShortDefaultForm > 0 && c.bound <= kernels::kWarpShortRows)
           << what << ": the warp-per-item prepare";
 #endif
       EXPECT_EQ(rp.o_bytes, rb.o_bytes) << what << ": o differs with the bound";
@@ -862,7 +862,8 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
   }
 }
 
-// A sequence longer than the bound of 8 under the warp-per-item prepare (forced: the launcher does not pick it yet):
+// A sequence longer than the bound of 8 under the warp-per-item prepare (forced, in its 128-register form; the
+// launcher's own choice is the other, which the bound-8 cases of SequenceBoundGivesTheSameBits run):
 // reported, nothing outside its own rows touched (memcheck runs this test), and the other sequences' o rows and final
 // states are those of the same batch run without the bound. Its own o rows keep the NaNs run_on_path filled them with:
 // the short-only state kernel skips a sequence over the caller's bound, as the prepare did (it would otherwise run
@@ -873,7 +874,9 @@ TEST(ChunkKdaShortState, SequenceOverTheWarpShortBoundIsReportedAndSkipped) {
   GTEST_SKIP() << "the warp-per-item prepare is NVIDIA only";
 #endif
   std::vector<int64_t> cu = {0};
-  for (int n = 0; n < 15; ++n) cu.push_back(cu.back() + (n == 6 ? 12 : 8));
+  // One sequence of 12 tokens, one of 4 beside it, so that the batch's average (8) stays within the bound (the host
+  // refuses a bound below total_tokens / num_sequences).
+  for (int n = 0; n < 15; ++n) cu.push_back(cu.back() + (n == 6 ? 12 : n == 7 ? 4 : 8));
   const Batch b{"one_over_the_warp_bound", cu, 2, 128, 128};
   const ref::KdaProblem p = kimi_problem(b, GateKind::kSoftplus, DType::kBF16, 3950);
   for (MetadataMode mode : {MetadataMode::kHostBuilder, MetadataMode::kDeviceDerived}) {

@@ -7,9 +7,8 @@
 // prefills) run a second kernel whose blocks take chunks of at most 16 rows on a short path
 // (ChunkPrepareInputsArgs::short_chunks), and a third, with the short path alone, where the caller bounds every
 // sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); on NVIDIA with K = V = 128 and a bound of at most 8
-// tokens (speculative batches), a fourth that takes one (chunk, head) per warp (chunk_prepare_warp_short.hpp; only
-// when forced by ChunkPrepareInputsArgs::warp_short until it has run on a GPU: kWarpShortByDefault). The bits are the
-// same whichever runs.
+// tokens (speculative batches), a fourth that takes one (chunk, head) per warp (chunk_prepare_warp_short.hpp;
+// kWarpShortDefaultForm). The bits are the same whichever runs.
 #pragma once
 
 #include "kda/chunk_prepare_warp_short.hpp"
@@ -106,18 +105,17 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
   return Status();
 }
 
-// Whether the launcher picks the warp-per-item kernel by itself where it can. Not yet: it has not run on a GPU (round
-// 38 built it and could not get a device; docs/performance.md, round 38). Before this turns true: its tests and an
-// A/B against the short-only kernel on the device, and the short-only state kernel skipping the sequences longer than
-// the caller's bound (not only those longer than its 16 rows), so that a sequence of 9-16 tokens under a bound of 8
-// is skipped by both launches, as the README promises, rather than by the prepare alone.
-constexpr bool kWarpShortByDefault = false;
+// The form of the warp-per-item kernel the launcher picks by itself wherever it can (0 would be never): 2, 168
+// registers without spills at 4 blocks of 3 warps per SM. Its bits are the short-only kernel's, and it ran spec256x8's
+// prepare stage 0.134 -> 0.105 ms (end to end 0.573 -> 0.547) against that kernel, where the 128-register form with its
+// spills (1) ran 0.120 (H100, round 39, call GL, two interleaved runs; docs/performance.md "Round 39").
+constexpr int kWarpShortDefaultForm = 2;
 
 // The form of it launch_chunk_prepare_inputs runs (1: 128 registers, 2: 168), 0 for none: forced by warp_short, else
-// 1 wherever it can when kWarpShortByDefault.
+// kWarpShortDefaultForm wherever it can.
 inline int prepare_inputs_warp_short_used(const ChunkPrepareInputsArgs& a) {
   if (a.warp_short >= 0) return a.warp_short;
-  return kWarpShortByDefault && prepare_inputs_warp_short_ok(a) ? 1 : 0;
+  return prepare_inputs_warp_short_ok(a) ? kWarpShortDefaultForm : 0;
 }
 
 // Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else in chunks of
