@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Round 39's last device call: only where the machine is an H200 (the issue's targets are H200 figures, and rounds
-# 35-39 have none), `scripts/bench` (end to end only, to fit what device time is left) on 4ab835d's bundle (build-pack/bundle.txz) and ncu's DRAM figures of
-# spec256x8's two launches (run_round39_ncu.sh); on any other GPU it stops at once. Output: $OUT/h200.txz.
+# 35-39 have none), `scripts/bench` (end to end only, to fit what device time is left) on 4ab835d's bundle
+# (build-pack/bundle.txz), then ncu's DRAM figures of spec256x8's two launches (as run_round39_ncu.sh); on any other
+# GPU it stops at once. Output: $OUT/h200.txz.
 set -u
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 echo "$name"
