@@ -81,7 +81,8 @@ constexpr size_t state_short_shared_bytes() {
 // Block `block` of the `blocks` short-item blocks. kShortOnly: no kernel takes the longer sequences (the caller
 // bounds every sequence at p.short_rows <= kShortStateRows tokens, ChunkMetadataArgs::max_sequence_tokens), so a
 // longer one is reported (kDeviceStatusSequenceOverBound) and skipped: the prepare stage skipped it as well where the
-// bound is at most 8 (the warp-per-item prepare), so its operands were never written. A form of its own, so that the others keep their code.
+// bound is at most 8 (the warp-per-item prepare), so its operands were never written. A form of its own, so that
+// the others keep their code.
 template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p, unsigned block, unsigned blocks) {
   namespace m = detail::mma;
