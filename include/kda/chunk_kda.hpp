@@ -105,26 +105,19 @@ inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
 // Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): it can run,
 // and the chunk size is 64 or T >= kLongBatchAverageChunks * chunk_size * N. Sizes only, so the workspace layout
 // can follow; builder and derived tables pick the same form.
-//
-// Only chunks of 64 have the prepare kernel with a short path for chunks of at most 16 rows; on mostly-short chunks
-// the long path alone was slower than the staged form (round 5: mixed64 +6 %, spec256x8 +18 %; round 13, call BQ:
-// mixed64 +6 %). With the short path the fused form took spec256x8 in round 13 (0.550 -> 0.540 ms, host 20 -> 13
-// us; call BS) and decodes beside prefills in round 23 (mixed64 0.888 -> 0.882 ms, host 18.7 -> 10.5 us; call ED):
-// that prepare is no slower than the staged form's three launches on any batch measured (mixed64 0.592 against 0.595
-// ms, single8k 0.686 against 0.716, varlen16 1.28 against 1.32; H200, calls EB and EC).
+// Only chunks of 64 have a prepare kernel with a short path; without it, batches of mostly short chunks run faster
+// staged (see docs/performance.md, "Fused and staged forms").
 inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {
   return chunk_kda_inputs_fusable(a) &&
          (a.geometry.chunk_size == 64 || long_sequence_batch(a.geometry.metadata, a.geometry.chunk_size));
 }
 
 // Whether the state kernel forms the output (o = scale qg round(S) + Aqk v_new, chunk after chunk), so that no
-// per-chunk h reaches memory and no output launch runs: wherever it can, i.e. wherever qg = round(q exp2 G) is in the
-// workspace, which the fused form's prepare writes, and the staged form's one prepare kernel (qk_l2norm on, K and V
-// in {64, 128}) too. Elsewhere (K or V 256, unnormalised q and k in the staged form) the output stays a launch of its
-// own. Issue 5 asks for no per-chunk h unless the caller wants state checkpoints. On mid-size batches (a few long
-// prefills) the separate launch had measured 6 % faster (v23); with the output warps (v24) the two forms take the
-// same time (H200, 4 x 4096 tokens: 2.056 against 2.057 ms; docs/performance.md). Sizes only, so the workspace
-// layout follows.
+// per-chunk h reaches memory and no output launch runs: wherever qg = round(q exp2 G) is in the workspace (the fused
+// prepare, or the staged form's one prepare kernel with qk_l2norm on and K, V in {64, 128}). Elsewhere (K or V 256,
+// unnormalised q and k in the staged form) the output stays a launch of its own. Sizes only, so the workspace layout
+// follows. No h keeps the workspace small, and the fold measured no slower than a separate output launch on any
+// batch (see docs/performance.md, "Output folded into the state kernel").
 inline bool chunk_kda_output_folded(const ChunkKdaArgs& a, bool inputs_fused) {
   return inputs_fused || chunk_kda_prepare_fused_by_shape(a);
 }
@@ -355,7 +348,8 @@ inline Status chunk_kda_fwd_on_path(const ChunkKdaArgs& a, void* workspace, size
     KDA_RETURN_IF_ERROR(detail::enqueue_state_recurrence(state, chunks, stream, /*beside_prepare=*/true));
     return s.output_folded ? Status() : detail::enqueue_chunk_output(s.output, chunks, stream);
   }
-  // l2norm and gate stay two launches: one kernel doing both measured 3-8 % slower on the GPU (performance.md).
+  // l2norm and gate stay two launches: one kernel for both ran slower
+  // (see docs/performance.md, "l2norm and gate launches").
   if (a.qk_l2norm) KDA_RETURN_IF_ERROR(launch_qk_l2norm(s.l2norm, stream));
   KDA_RETURN_IF_ERROR(detail::enqueue_gate_cumsum(s.gate, chunks, stream));
   // Aqk, w, u and kg in one launch (Akk and Tinv on chip), or intra + w/u through Tinv where it cannot be fused

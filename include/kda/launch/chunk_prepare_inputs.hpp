@@ -106,9 +106,8 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
 }
 
 // The form of the warp-per-item kernel the launcher picks by itself wherever it can (0 would be never): 2, 168
-// registers without spills at 4 blocks of 3 warps per SM. Its bits are the short-only kernel's, and it ran spec256x8's
-// prepare stage 0.134 -> 0.105 ms (end to end 0.573 -> 0.547) against that kernel, where the 128-register form with its
-// spills (1) ran 0.120 (H100, round 39, call GL, two interleaved runs; docs/performance.md "Round 39").
+// registers without spills at 4 blocks of 3 warps per SM. It gives the short-only kernel's bits faster, and faster
+// than form 1 (128 registers with spills; see docs/performance.md, "Warp-per-item prepare").
 constexpr int kWarpShortDefaultForm = 2;
 
 // The form of it launch_chunk_prepare_inputs runs (1: 128 registers, 2: 168), 0 for none: forced by warp_short, else
@@ -119,10 +118,9 @@ inline int prepare_inputs_warp_short_used(const ChunkPrepareInputsArgs& a) {
 }
 
 // Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else in chunks of
-// 64 wherever the sequences average fewer than four chunks (not long_sequence_batch). That kernel runs five blocks
-// per SM, where its long path spills more (148 bytes against 12 for bf16, K = V = 128): on batches of long sequences
-// the kernel without the short path is 8 % faster (prepare_inputs single8k 0.634 against 0.686 ms); where decodes or
-// short prefills bring many part-filled chunks it is the other way round (mixed64 0.592 against 0.642; H200, call EB).
+// 64 wherever the sequences average fewer than four chunks (not long_sequence_batch). Its long path spills more, so
+// long sequences run faster without it; many part-filled chunks run faster with it (see docs/performance.md,
+// "Prepare kernel with the short path").
 inline bool prepare_inputs_short_path_used(const ChunkPrepareInputsArgs& a) {
   if (a.short_chunks >= 0) return a.short_chunks == 1;
   return a.geometry.chunk_size == 64 && !long_sequence_batch(a.geometry.metadata, a.geometry.chunk_size);

@@ -36,10 +36,9 @@ constexpr int64_t kShortBatchAverageTokens = 16;
 inline bool short_sequence_batch(const ChunkMetadataArgs& m) {
   return m.num_sequences > 0 && m.total_tokens <= kShortBatchAverageTokens * m.num_sequences;
 }
-// A batch of long sequences: they average at least this many chunks. Its chunks are almost all full, and the fused
-// prepare runs them in its kernel without the short path (launch_chunk_prepare_inputs), whose long path ptxas
-// allocates better (four blocks per SM, 12 bytes of spills against 148; prepare_inputs single8k 0.634 against 0.686
-// ms on the H200, call EB). The host knows only T and N, so the batch is told by its average.
+// A batch of long sequences: they average at least this many chunks (the host knows only T and N). Its chunks are
+// almost all full, so the fused prepare runs its kernel without the short path, whose long path spills less and
+// runs faster (see docs/performance.md, "Prepare kernel with the short path").
 constexpr int64_t kLongBatchAverageChunks = 4;
 inline bool long_sequence_batch(const ChunkMetadataArgs& m, int chunk_size) {
   return m.total_tokens >= kLongBatchAverageChunks * int64_t(chunk_size) * m.num_sequences;
@@ -126,10 +125,9 @@ inline dim3 chunk_grid(int64_t grid_chunks, int num_heads, int z = 1) {
 }
 
 // The prepare kernels' grid (read back by detail::block_chunk_id and block_head, kernels/kda/detail/chunk_table.hpp):
-// the heads in x, so that all heads of a chunk start together, and the chunk ids over y, and z where there are more
-// than y's limit allows. Ordered by chunk first, the long chunks of a batch's prefills start first on every head, and
-// the tail is short chunks: chunked2k's prepare ran 21 % faster than with the heads in y (H200, call DT;
-// docs/performance.md v56).
+// the heads in x, so that all heads of a chunk start together, and the chunk ids over y, and z past y's limit.
+// Chunk first, a batch's long prefill chunks start first on every head and the tail is short chunks (see
+// docs/performance.md, "Prepare grid order").
 inline dim3 prepare_grid(int64_t grid_chunks, int num_heads) {
   constexpr int64_t kMaxY = 65535;
   const int64_t z = grid_chunks > kMaxY ? (grid_chunks + kMaxY - 1) / kMaxY : 1;

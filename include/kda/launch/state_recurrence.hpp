@@ -100,15 +100,9 @@ inline size_t state_recurrence_workspace_size(const StateRecurrenceArgs& a) {
 }
 
 namespace detail {
-// Fewest blocks the 64-column tiles must still give (H200, docs/performance.md): below it 32 columns. 32 beat 16 on
-// every benchmark batch, long single sequences included (single8k 0.313 -> 0.289 ms, spec256x8 0.92 -> 0.70), because
-// staging w and kg is a large part of each chunk's step; 64 beat 32 only where blocks are plentiful (varlen16 0.41 ->
-// 0.33, mixed64 0.36 -> 0.32) and lost on single sequences (single8k 0.41). 16 stays for tests and forced runs.
-// With the output folded in, 32 columns run one block per SM (eight output warps beside the chain's eight: ~2.3 us
-// per chunk step) and 64 columns two (~7.6 us per step each; ~4.8 alone on an SM), so 64 columns win once their
-// blocks fill the SMs about twice: 4 x 4096 tokens (256 blocks of 64 columns in one wave against 512 of 32 in four)
-// ran its state stage 0.596 -> 0.490 ms, end to end 1.835 -> 1.724 (H200, 132 SMs, calls EE and EF). A model of those
-// step times puts the crossing between 128 and 256 blocks; 256 is the measured side.
+// Fewest blocks the 64-column tiles must still give: below it 32 columns. A wider tile shares the staging of w and kg,
+// a large part of each chunk's step, but gives fewer blocks: 64 columns win once their blocks fill the SMs about
+// twice (see docs/performance.md, "State tile width"). 16 stays for tests and forced runs.
 constexpr int64_t kStateWideTileMinBlocks = 256;
 
 // The V-tile width the launcher runs: a forced a.v_tile, else 64 when that still gives kStateWideTileMinBlocks
@@ -121,18 +115,17 @@ inline int state_v_tile(const StateRecurrenceArgs& a) {
 }
 
 // Warps per block the launcher runs: a forced a.warps, else 8 for the 32- and 64-column tiles and 4 for 16. Eight
-// warps won at both widths on every benchmark batch (H200, state stage alone, docs/performance.md): single8k 0.292
-// -> 0.249 ms at 32 columns, spec256x8 0.541 -> 0.476 and mixed64 0.294 -> 0.270 at 64. A long sequence's chain of
-// chunk steps runs on few blocks, and 8 warps share each step; many short sequences keep as many warps resident.
+// warps share a long sequence's chunk step and won at both widths on every batch
+// (see docs/performance.md, "State warps per block").
 inline int state_warps(const StateRecurrenceArgs& a) {
   if (a.warps != 0) return a.warps;
   return state_v_tile(a) >= 32 ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
 }
 
 // Output warps the launcher runs: a forced a.output_warps, else kStateOutputWarps for the folded 32-column tiles on
-// NVIDIA (named barriers), where one long sequence's chain of chunk steps leaves the SM's issue slots mostly idle:
-// the output warps form o there off the chain (H200, docs/performance.md v24). Elsewhere none: the 64-column tiles
-// run two blocks per SM at 128 registers, and AMD has no named barriers.
+// NVIDIA (named barriers), where a long sequence's chain leaves most issue slots idle and o can be formed off the
+// chain (see docs/performance.md, "Output warps"). Elsewhere none: the 64-column tiles run two blocks per SM at 128
+// registers, and AMD has no named barriers.
 inline int state_output_warps(const StateRecurrenceArgs& a) {
   if (a.output_warps >= 0) return a.output_warps;
   const bool folded_narrow = state_folds_output(a) && state_v_tile(a) == 32;
@@ -168,10 +161,9 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 }
 
 // Whether the short-sequence kernel runs its ticket form beside the long sequences: where a counter is given and a
-// sequence may span several chunks, a chain of chunk steps that would otherwise hold the short items back. The host
-// rules that out with the builder's tables (NT = N: no sequence spans two chunks) or the caller's bound on the
-// sequence lengths (every_sequence_short); with derived tables alone it cannot, and the ticket form costs ~6 % of the
-// stage on a batch without chains (docs/performance.md v42, v43).
+// sequence may span several chunks, whose chain would otherwise hold the short items back. The host rules chains out
+// with the builder's tables (NT = N) or the caller's bound (every_sequence_short); derived tables alone cannot, and
+// there the ticket form costs ~6 % of the stage (see docs/performance.md, "Short-sequence state kernel").
 // every_sequence_short's host threshold must be what the short kernel takes, or its kShortOnly form would skip
 // sequences that the bound allows.
 static_assert(kShortBatchAverageTokens == kernels::kShortStateRows, "the short state kernel's sequence bound");
@@ -195,13 +187,9 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
 
 // Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps; else none where
 // a caller forces another kernel's form (v_tile, warps, output_warps, short_sequences: tests, tuning), and
-// kStateRegsWarps (128 columns per block) where the other kernel would run its 64-column tiles (enough (sequence,
-// head) items to fill the GPU) on a batch of long sequences (averaging at least four chunks). There it measured faster
-// (H100, round 37, call GK, three interleaved runs: state stage varlen16 0.484 -> 0.347 ms, 4 x 4096 tokens 0.493 ->
-// 0.318; end to end -9.0 and -10.6 %); it lost on mixed64 (decodes beside prefills: +11 %, the decodes' fixed cost),
-// on chunked2k and spec256x8 (+53 to +59 %), and on a few long sequences (1.8x at 8 warps, 1.5x at 4: with a
-// handful of blocks each warp's ~4 us chunk step is the cost, against ~2.3 us for the 32-column tiles with output
-// warps).
+// kStateRegsWarps where the other kernel would run its 64-column tiles on a batch of long sequences (averaging at
+// least four chunks). Only there it measured faster: its chunk step is slower, so it pays only with many items per
+// SM, and decodes' fixed cost is higher (see docs/performance.md, "Register-state kernel").
 inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
   if (a.regs_warps >= 0) return a.regs_warps;
   if (a.v_tile != 0 || a.warps != 0 || a.output_warps != -1 || a.short_sequences == 1) return 0;
