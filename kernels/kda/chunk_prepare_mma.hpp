@@ -48,15 +48,15 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
     return mask_columns(*reinterpret_cast<const float4*>(&t_s[i * IntraL::kLdO + j]), j, chunk.length, 1.0f);
   };
   // One row tile of w / u per warp here, not recompute_w_u_mma_block's paired row tiles: with those, ptxas spilled
-  // in this kernel's slice loop and the staged prepare ran 6 % slower (H200, call DS; docs/performance.md v55).
+  // in this kernel's slice loop and it ran slower (see docs/performance.md, "w/u row tiles").
   recompute_w_u_mma_block<E, BT, K, V, /*kStageV=*/false, /*kTinvShared=*/true, /*kGroupMax=*/2, /*kRhsInW=*/false,
                           /*kPairRowTiles=*/false>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
 
-// Blocks per multiprocessor of chunk_prepare_inputs_mma_kernel: four (128 registers, almost no spills). At the
-// staged kernel's five (96 registers) its extra per-slice work spilled twice as much; four measured faster (H200,
-// prepare_inputs single8k 0.824 -> 0.750 ms; docs/performance.md).
+// Blocks per multiprocessor of chunk_prepare_inputs_mma_kernel: four (128 registers, almost no spills). Three (no
+// spills) and five (96 registers, spills in the slice loop) both measured slower
+// (see docs/performance.md, "Prepare occupancy").
 constexpr int kPrepareInputsMinBlocks = 4;
 
 // The block of chunk_kda_fwd's first launch (the kernels below): chunk_prepare_mma_kernel's work, starting from the
@@ -80,10 +80,9 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
   constexpr int kThreads = kIntraMmaWarps * kWarpSize;
   using IntraL = IntraMmaLayout<BT>;
   // The state kernel, launched beside this grid (launch_state_mma's beside_prepare), may start once every block has
-  // let it or exited: each block lets it at the end of its work, not at its start. With the start, chunk_kda_fwd ran
-  // 2.5-5 % slower end to end whenever this kernel had the short path (mixed64 0.915 against 0.889 ms, single8k
-  // 1.028 against 0.982 with a plain launch; call EC); with the end, no batch is slower than with a plain launch and
-  // mixed64 and single1k are 0.3-0.6 % faster (H200, call ED). Why the early start hurt is not known.
+  // let it or exited: each block lets it at the end of its work, not at its start. At the start it cost 2.5-5 %
+  // after the kernel with the short path, for reasons not known
+  // (see docs/performance.md, "State launch beside the prepare").
   detail::ChunkCoords chunk;
   if (!detail::locate_chunk<BT>(ip.chunks, detail::block_chunk_id(), &chunk)) return;
   const int h = detail::block_head();
@@ -110,10 +109,9 @@ __device__ __forceinline__ void chunk_prepare_inputs_block(const IntraChunkParam
     inputs_s[2 * BT + K + d] = in.dt_bias != nullptr ? in.dt_bias[int64_t(h) * K + d] : 0.0f;
   if (in.qk_l2norm) qk_row_inv_norms<E, BT, K, kThreads>(ip.q, ip.k, in.qk_vector, chunk, h, inputs_s);
   // (The intra part's slice loop starts with a barrier: the norms and biases are visible before their first use.)
-  // The exact diagonal pairs in slots of their own where that costs no spills: at this kernel's 128 registers without
-  // the short path (kShortChunks false) ptxas then spills in the slice loop and the kernel measured 4 % slower
-  // (docs/performance.md, v53), so there they stay in the general slots. The gate sum from the raw gates
-  // (kGateSumFromRaw) only without the short path, where it measured faster (v65).
+  // The exact diagonal pairs in slots of their own only with the short path: without it, at 128 registers, ptxas
+  // spills in the slice loop (see docs/performance.md, "Exact triangle pairs"). The gate sum from the raw gates only
+  // without the short path, the one kernel where it measured faster (see docs/performance.md, "Gate sum").
   intra_chunk_mma_block<E, BT, /*kFromInputs=*/true, /*kDiagonalSlots=*/kShortChunks,
                         /*kGateSumFromRaw=*/!kShortChunks>(
       ip, chunk, h, smem, beta_s, /*invert=*/true, &in, inputs_s, wp.w, wp.kg);
@@ -168,12 +166,10 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinB
 }
 
 // chunk_kda_fwd's first launch for batches of short sequences (chunk size 64): with the short path for chunks of at
-// most kShortChunkRows rows. A kernel of its own rather than a branch in the one above: the short path's call costs
-// the long path by its mere presence (ptxas allocates it differently: ~1.7 % on the staged kernel, v39), and the
-// long batches run the long path almost only. Five blocks per SM (the staged kernel's 96 registers), where the
-// short path runs without spills and the long path, rare in these batches, spills more; at four (128 registers)
-// the short path's latency was left exposed (call BQ). Its parameters are KDA_GRID_CONSTANT so that the short
-// path's call (not inlined on NVIDIA) passes their address instead of a copy.
+// most kShortChunkRows rows. A kernel of its own: the short path's mere presence makes ptxas allocate the long path
+// worse. Five blocks per SM (96 registers): the short path runs without spills, and at four its latency showed
+// (see docs/performance.md, "Prepare kernel with the short path"). Its parameters are KDA_GRID_CONSTANT so that
+// the short path's call (not inlined on NVIDIA) passes their address instead of a copy.
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
     chunk_prepare_inputs_short_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip,
@@ -189,8 +185,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
 
 // chunk_kda_fwd's first launch where the caller bounds every sequence at kShortChunkRows tokens
 // (ChunkMetadataArgs::max_sequence_tokens): the short path alone. Without the long path's code and shared memory it
-// fits 80 registers and ~36 KB, so six blocks share an SM instead of five (spec256x8's prepare 0.145 -> 0.132 ms on
-// the H200, call DA). A chunk past the bound (a longer sequence) is reported and left unwritten.
+// fits 80 registers and ~36 KB, so six blocks share an SM instead of five, which runs faster
+// (see docs/performance.md, "Short-only prepare"). A chunk past the bound is reported and left unwritten.
 constexpr int kShortOnlyPrepareMinBlocks = 6;
 template <typename E, int BT, int K, int V>
 __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kShortOnlyPrepareMinBlocks)

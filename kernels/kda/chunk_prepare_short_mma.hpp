@@ -32,9 +32,9 @@
 namespace kda::kernels {
 
 // On NVIDIA the short path is a function of its own (not inlined), so that ptxas allocates the long path's registers
-// as it did without it: inlined, the long path spilled more and the staged prepare ran ~5 % slower on full chunks
-// (H200, call BE). The kernel's parameters are KDA_GRID_CONSTANT, so the call passes their address instead of a copy
-// on the stack.
+// as it did without it: inlined, the long path spilled more and ran ~5 % slower on full chunks (see
+// docs/performance.md, "Prepare kernel with the short path"). The kernel's parameters are KDA_GRID_CONSTANT, so the
+// call passes their address instead of a copy on the stack.
 #if defined(KDA_PLATFORM_CUDA)
 #define KDA_SHORT_PATH_CALL __noinline__
 #else
@@ -123,7 +123,8 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
   float g_raw[kFromInputs ? kRows : 1];
   // kFromInputs: the parameters (read through a reference here) are copied into registers once, and each branch on
   // a view's alignment is taken once around all its loads, so that the loads issue together: read as the staged
-  // path reads them, each load waited on reloading its view (ncu, call BR).
+  // path reads them, each load waited on reloading its view
+  // (see docs/performance.md, "Prepare kernel with the short path").
   if constexpr (kFromInputs) {
     const int64_t start = chunk.start;
     const TensorView q_view = ip.q, k_view = ip.k, v_view = wp.v;
@@ -400,7 +401,7 @@ __device__ __forceinline__ void prepare_short_chunk(const IntraChunkParams& ip, 
     reinterpret_cast<float4*>(akk_s)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   static_assert(L::kAqk == L::kAkk + kRows * kLdO * 4, "Akk and Aqk rows are zeroed as one range");
   // Rows past the chunk are zeros (what beta = 0 makes of them), written without the arithmetic: for an 8-row chunk
-  // that is half of this phase's instructions (ncu, call BG).
+  // that is half of this phase's instructions.
   for (int u = tid; u < kRows * K / 8; u += kThreads) {
     const int j = u / (K / 8), d = (u % (K / 8)) * 8;
     if (j >= length) {

@@ -18,8 +18,8 @@
 //   - w, u: the same m16n8k16 products as the short path's 16x16 jobs (Tinv hi, then lo, on the right-hand sides),
 //     with the operand values at the same positions: rows and columns 8-15, zero there, are zero registers here.
 // Tests (tests/gpu/test_pipeline.cu): ChunkKdaBitIdentity.FusedPrepareWarpShortMatchesShortOnly (every byte against the
-// short-only kernel) and ChunkKdaShortState.SequenceOverTheWarpShortBoundIsReportedAndSkipped; both passed on an H100
-// (round 39), and the launcher runs it wherever it can (detail::kWarpShortDefaultForm).
+// short-only kernel) and ChunkKdaShortState.SequenceOverTheWarpShortBoundIsReportedAndSkipped. The launcher runs it
+// wherever it can (detail::kWarpShortDefaultForm; see docs/performance.md, "Warp-per-item prepare").
 #pragma once
 
 #include "kda/intra_chunk_mma.hpp"
@@ -34,7 +34,8 @@ namespace kda::kernels {
 
 // Rows of the chunks this kernel takes (a chunk of more rows is reported and left unwritten) and items (warps) per
 // block. Blocks per multiprocessor, the kernel's template parameter kMinBlocks: kWarpShortMinBlocks (128 registers,
-// ~240 bytes of spills) or kWarpShortMinBlocksNoSpill (168 registers, none): see docs/performance.md, round 38.
+// ~240 bytes of spills) or kWarpShortMinBlocksNoSpill (168 registers, none; the faster)
+// (see docs/performance.md, "Warp-per-item prepare").
 constexpr int kWarpShortRows = 8;
 constexpr int kWarpShortWarps = 3;
 constexpr int kWarpShortMinBlocks = 5;

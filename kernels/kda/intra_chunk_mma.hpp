@@ -7,9 +7,9 @@
 // so the off-diagonal tiles are products of two factor matrices: L_i = x_i exp2(G_i - G_r) (x = k or q) and
 // R_j = k_j exp2(G_r - G_j). No exponent is ever positive, so no finite gate overflows. The factors enter the
 // matrix units as single fp16 values whatever the I/O type (IntraFactor: 11 significant bits, one product per tile;
-// q and k are L2-normalised, so every factor is at most 1 in magnitude, inside fp16's range). A float64 study of
-// this choice (docs/performance.md, v51) moves the end-to-end errors by under 1e-6 against the hi + lo pairs used
-// before, which cost three products and a second rounding per factor.
+// q and k are L2-normalised, so every factor is at most 1 in magnitude, inside fp16's range). Against hi + lo pairs
+// (three products and a second rounding per factor) this moves the end-to-end errors by under 1e-6
+// (see docs/performance.md, "Intra-chunk factor precision").
 //
 // Each diagonal tile splits the same way once more, at its middle row m = r + 8: its lower-left 8x8 quarter (rows
 // m.., columns ..m-1) is the product of L'_i = x_i exp2(G_i - G_m) and R'_j = k_j exp2(G_m - G_j), again both <= 1.
@@ -39,8 +39,7 @@ namespace kda::kernels {
 constexpr int kIntraMmaWarps = 4;
 
 // Five blocks per multiprocessor: the register cap (96) costs ~20 bytes of spills, and the fifth block (38 KB of
-// shared memory each) measured faster than four (H200, intra + solve single8k 0.525 -> 0.502 ms;
-// docs/performance.md).
+// shared memory each) measured faster than four (see docs/performance.md, "Prepare occupancy").
 constexpr int kIntraMmaMinBlocks = 5;
 
 // Shared memory of one block: during the K loop the fp32 q/k/G slice and the factor tiles, afterwards Akk and Aqk
@@ -75,8 +74,8 @@ struct IntraMmaLayout {
 // How many triangular numbers k (k + 1) / 2, k >= 1, are <= x (0 <= x < 64): the row i of pair x when the pairs
 // (i, j), j <= i, of a triangle are numbered i (i + 1) / 2 + j. One population count instead of a loop of up to
 // eight steps per exact pair slot (~150 instructions per warp before the slice loop, ~4 % of a speculative batch's
-// 8-row chunk; ncu, call AZ). (The same form for the product slots' tile rows, a loop of at most three steps, made
-// ptxas spill three times as much in the fused prepare kernel, so that loop stays.)
+// 8-row chunk). (The same form for the product slots' tile rows, a loop of at most three steps, made ptxas spill
+// three times as much in the fused prepare kernel, so that loop stays.)
 __device__ inline int triangular_count(int x) {
   constexpr unsigned long long kTriangular = (1ull << 1) | (1ull << 3) | (1ull << 6) | (1ull << 10) | (1ull << 15) |
                                              (1ull << 21) | (1ull << 28) | (1ull << 36) | (1ull << 45) | (1ull << 55);
@@ -230,17 +229,16 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   const bool has_quarter = qb < kBlocks && 16 * qb + 8 < chunk.length;
 
   // Exact triangle pairs, decoded once into the starts of their staging rows packed as S::at(row_i, 0) | S::at(row_j,
-  // 0) << 16 (-1: no pair), so that a slice reaches each quarter of a row by one S::quarter (v70: with the rows packed
-  // and their starts and swizzles formed again in every slice the long-only fused prepare was 3.7 % slower; H200, round
-  // 32, call FR). The first kGeneralSlots slots hold task tid + x * kThreads of the pairs exact_pair_sums16 forms: with
+  // 0) << 16 (-1: no pair), so that a slice reaches each quarter of a row by one S::quarter instead of decoding the
+  // rows again (see docs/performance.md, "Exact triangle pairs").
+  // The first kGeneralSlots slots hold task tid + x * kThreads of the pairs exact_pair_sums16 forms: with
   // kDiagonalSlots those below the diagonals (triangle task / 28, pair i (i - 1) / 2 + j, j < i), else all of them
   // (triangle task / 36, pair i (i + 1) / 2 + j, j <= i). With kDiagonalSlots the rest hold the diagonals (task
   // kThreads - 1 - tid + (x - kGeneralSlots) * kThreads: triangle task / 8, i = j), which need no exp2
   // (exact_diagonal_qk16): a slot's kind is known at compile time, and the diagonals go to the last warps first, which
   // have the fewest pairs below (at BT = 64 with 128 threads: warps 0 and 1 two pairs below, warp 2 two and a diagonal,
-  // warp 3 one and a diagonal). Without kDiagonalSlots the task arithmetic keeps its earlier form word for word (v70
-  // only wraps its rows in S::at: ptxas 12 / 24 bytes of spills as before): in the fused prepare at 128 registers a
-  // rewrite computing the same values made ptxas spill in the slice loop (12 / 24 -> 64 / 76 bytes).
+  // warp 3 one and a diagonal). Without kDiagonalSlots keep the task arithmetic as it is: in the fused prepare at
+  // 128 registers a rewrite computing the same values made ptxas spill in the slice loop (12 / 24 -> 64 / 76 bytes).
   constexpr int kGeneralPairs = 2 * kBlocks * (kDiagonalSlots ? kTrianglePairs - 8 : kTrianglePairs);
   constexpr int kDiagonalPairs = kDiagonalSlots ? 2 * kBlocks * 8 : 0;
   constexpr int kGeneralSlots = (kGeneralPairs + kThreads - 1) / kThreads;
@@ -432,8 +430,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       if constexpr (kFromInputs && !kRawGateSum) {
         // The activated gate of each channel; the chunk-local sum follows once the whole slice is here. Formed four
         // channels at a time after q and k are stored, so that few values are live at once: formed beside them, eight
-        // at a time, it made ptxas spill the slice loop's accumulators at 128 registers (36 / 48 bytes, reloaded in
-        // every slice; v52 in docs/performance.md).
+        // at a time, it made ptxas spill the slice loop's accumulators at 128 registers, reloaded in every slice
+        // (see docs/performance.md, "Slice loop at the register cap").
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float4 graw = r.g[2 * x + half];
@@ -483,15 +481,15 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   };
   // kRawGateSum (NVIDIA, the long-only fused prepare): the (segment, channel) thread also activates its rows' raw
   // gates, read from raw_g, and leaves its running sums in g_s for itself: one barrier per slice fewer than
-  // form_gate_sum, and no pass of the activated gates through g_s between threads. That kernel measured 1.3-1.5 %
-  // faster with it, the kernel with the short path (96 registers) 1-4 % slower (docs/performance.md, v65).
+  // form_gate_sum, and no pass of the activated gates through g_s between threads. Faster in that kernel, slower in
+  // the kernel with the short path (96 registers) (see docs/performance.md, "Gate sum").
   auto gate_local_sums = [&](int d0) {
     if (gate_active) {
       // All eight raw gates first, then the eight activations, then the running sum: no branch between them, so
       // their exponentials and logarithms overlap. Rows past the chunk read zeros and add their activations too: a
       // running sum depends only on the rows before it, gate_finish stores zeros for those rows, and the total of
       // the segment that holds the chunk's end reaches only segments past it, which form nothing (checking each row
-      // against the chunk's length cost ~26 instructions per slice: ncu, round 31, call FN).
+      // against the chunk's length cost ~26 instructions per slice).
       float x[kSeg];
 #pragma unroll
       for (int r = 0; r < kSeg; ++r) {
@@ -532,10 +530,10 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
   };
   // Without kRawGateSum (AMD, the kernels with the short path): store_slice left the activated gates in g_s; two
   // barriers, the totals then G (the running sums are formed again rather than held: registers are the bound here).
-  // Word for word round 28's form, so that those kernels' code does not move.
+  // Keep it word for word, so that those kernels' code does not move.
   auto form_gate_sum = [&](int d0) {
     // seg_s's address, formed here as before: taken from seg_s above, the kernels with the short path compiled to 40
-    // more instructions (round 30, cubin_compare.py).
+    // more instructions (scripts/profiling/cubin_compare.py).
     float* totals_s = inputs_s + 2 * BT + 2 * p.head_dim;  // [kSegs][kSlice] segment totals
     const int c = threadIdx.x % kSlice, seg = threadIdx.x / kSlice, row0 = seg * kSeg;
     const bool active = seg < kSegs && row0 < chunk.length;
@@ -652,7 +650,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
     // Every row a thread touches is its own row r16 = grp % 16 of some 16-row block: block b's L row and quarter row
     // are row 16 b + r16, and its R rows are rows 16 c + r16 of earlier blocks c. So the addresses are formed once per
     // thread (own_s in the staging rows, own_t in a factor tile) and moved by whole blocks (S::block, 256 halves per
-    // 16 tile rows): the row arithmetic per access was ~6 % of the kernel's instructions (ncu, round 28, call FC).
+    // 16 tile rows): the row arithmetic per access was ~6 % of the kernel's instructions
+    // (see docs/performance.md, "Factor loop").
     {
       constexpr int kPairsPerRow = kSlice / 2, kRowGroups = kThreads / kPairsPerRow;
       static_assert(kRowGroups == 16 || kRowGroups == 32, "whole L rows and quarter rows per group");
@@ -665,9 +664,8 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
       auto put = [&](uint16_t* tile, int at, float2 x, float2 decay) {
         *reinterpret_cast<uint32_t*>(&tile[at]) = numeric::pack2<IntraFactor>(x.x * decay.x, x.y * decay.y);
       };
-      // Unrolled, so that every offset below is a constant added to own_s or own_t (v68b: the long-only fused prepare
-      // 3.6-5 % faster than with the loop kept, against 1.8-2.5 % with it; the loop kept was v33's choice when the
-      // rows' arithmetic was formed per access and the unrolled kernel grew 5 %).
+      // Unrolled, so that every offset below is a constant added to own_s or own_t: with the row arithmetic hoisted,
+      // the unrolled loop runs faster than the rolled one (see docs/performance.md, "Factor loop").
 #pragma unroll
       for (int b = 0; b < kBlocks; ++b) {
         const int ref = 16 * b;

@@ -40,7 +40,7 @@ struct PrepareInputsShared {
 //
 // The butterfly leaves a row's sum of squares in all kLanes lanes of its group, so pass x's norm is formed by the
 // group's lane x after the last pass: one l2_inv_norm (a square root and a division, ~40 instructions) per lane
-// instead of one per pass (round 20's profile: 2.3 % of the fused prepare's instructions went to the per-pass form).
+// instead of one per pass (see docs/performance.md, "Row norms").
 template <typename E, int BT, int K, int kThreads>
 __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector, const detail::ChunkCoords& chunk,
                                         int h, float* inv_s) {
@@ -49,8 +49,7 @@ __device__ inline void qk_row_inv_norms(TensorView q, TensorView k, bool vector,
                 "whole rows per pass, each inside one warp");
   static_assert(kPasses <= kLanes, "a lane of the row's group per pass");
   // Loads issued together: all of them (16 x 16 bytes at K = 128, BT = 64). Nothing else is live this early, and the
-  // block's first global loads then wait once instead of four times (four at a time: the fused prepare 1.3 % slower,
-  // H200, call DX).
+  // block's first global loads then wait once instead of four times (see docs/performance.md, "Row norms").
   constexpr int kGroup = kPasses;
   const int part = threadIdx.x % kLanes;
   auto pass_used = [&](int pass) { return (pass * kRowsPerPass) % BT < chunk.length; };  // uniform per pass

@@ -64,8 +64,8 @@ struct ChunkCoords {
 // blockIdx.x, the chunk id spans y and z (y fastest), taken from the last back. Blocks start in index order, x
 // fastest, so every head of a chunk starts together, and engines lay a batch out decodes first, then prefills
 // (KDA_SPEC §5), so the prefills' full chunks, the longest blocks, start first for all heads and the short ones fill
-// the multiprocessors at the end (docs/performance.md v43, v56). Chunk ids past the device's NT (derived tables, or
-// the grid's rounding) exit at once.
+// the multiprocessors at the end (see docs/performance.md, "Prepare grid order"). Chunk ids past the device's NT
+// (derived tables, or the grid's rounding) exit at once.
 __device__ inline int64_t block_chunk_id() {
   return int64_t(gridDim.y) * gridDim.z - 1 - (int64_t(blockIdx.z) * gridDim.y + blockIdx.y);
 }

@@ -17,10 +17,9 @@ __device__ inline int64_t load_index(IndexSpan table, int64_t i) {
 
 // index * stride for an index in [0, 2^31) (a token, head, row or chunk index: the launchers check T <= kMaxTokens and
 // H <= kMaxHeads): the index enters as a 32-bit factor, so its own arithmetic (chunk.start + i) stays in 32 bits and
-// the product needs no high-word terms for it. The same value as the plain int64 product. With these products in
-// element_offset the fused prepare's code is ~6 % shorter and the kernel 0.5-0.8 % faster (H200, call ES;
-// docs/performance.md v60). Written as a plain product on purpose: a form with the high word added by hand made NVVM
-// split the slice outputs' 16-byte stores into 4-byte ones (+17 % on the prepare, call ER).
+// the product needs no high-word terms for it. The same value as the plain int64 product, and shorter code. Keep it a
+// plain product: with the high word added by hand NVVM split 16-byte stores into 4-byte ones (see
+// docs/performance.md, "Index arithmetic").
 __device__ inline int64_t index_times(int64_t index, int64_t stride) {
   return int64_t(uint64_t(uint32_t(index)) * uint64_t(stride));
 }
@@ -246,7 +245,7 @@ __device__ inline void store16(MutableTensorView view, int64_t t, int h, int d, 
 }
 
 // Rounds 8 floats to E and packs them for store16: four numeric::pack2, each one paired conversion on NVIDIA
-// (round 7's ncu of the prepare kernel counted a conversion plus packing instructions per element).
+// instead of a conversion plus packing instructions per element.
 template <typename E>
 __device__ inline uint4 pack8(const float v[8]) {
   return make_uint4(numeric::pack2<E>(v[0], v[1]), numeric::pack2<E>(v[2], v[3]), numeric::pack2<E>(v[4], v[5]),
@@ -273,9 +272,9 @@ __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 // the fast hardware exponential and logarithm (__expf, __logf: one ex2 / lg2 each) only see arguments where they are
 // accurate: e^-|x| in (0, 1], a log of (1, 2]. Absolute error below ~2e-7 (lg2.approx is within 2^-22.6 on [1, 2];
 // where e^-|x| < 2^-24 the log term rounds to 0 against a true value below 6e-8), which is what the decays care
-// about: G is a sum of gates. expf + log1pf made the gate stage compute-bound (docs/performance.md). NaN stays NaN,
-// -inf gives 0, and nothing overflows. Both sides are formed and one is selected (no branch per element: the fused
-// prepare evaluates this for every gate it stages).
+// about: G is a sum of gates. NaN stays NaN, -inf gives 0, and nothing overflows. Both sides are formed and one is
+// selected (no branch per element: the fused prepare evaluates this for every gate it stages). expf + log1pf made
+// the gate stage compute-bound (see docs/performance.md, "Gate activation").
 __device__ inline float softplus(float x) {
   const float smooth = fmaxf(x, 0.0f) + __logf(1.0f + __expf(-fabsf(x)));
   return x > 20.0f ? x : smooth;
@@ -315,7 +314,7 @@ __device__ inline float gate_value(float x, GateKind kind, float a_log_exp, floa
     case GateKind::kSoftplus: return -a_log_exp * softplus(x);
     // lower_bound * sigmoid(a x) through the fast hardware exponential and division (2 ulp; __fdividef gives the
     // limit 0 when __expf overflows to inf): G only needs absolute accuracy, and expf + an IEEE division made this
-    // the slower gate once softplus took the fast form (docs/performance.md).
+    // the slower gate once softplus took the fast form (docs/performance.md, "Gate activation").
     case GateKind::kLowerBound: return __fdividef(lower_bound, 1.0f + __expf(-a_log_exp * x));
     default: return x;
   }

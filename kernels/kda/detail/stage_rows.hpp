@@ -8,8 +8,8 @@
 //    slice outputs touches: those accesses take two passes.
 //  - swizzled (true): rows of kSlice floats whose four quarters are permuted per row, quarter c of row i at quarter
 //    c ^ (i / 2 % 4). Both patterns above fall in disjoint banks; the price is an XOR per quarter where a thread walks
-//    a whole row (the exact pairs). The fused prepare measured 2.8 % faster with it; the staged prepare, at 96
-//    registers, 4 % slower (H200, call DX; docs/performance.md v57), so it keeps the padded rows.
+//    a whole row (the exact pairs). The fused prepare runs faster with it; the staged prepare, at 96 registers,
+//    slower, so it keeps the padded rows (see docs/performance.md, "Staging rows").
 // Each of those accesses reads one array (q, k or G rows), and a common offset moves every bank alike, so the claims
 // need the arrays only 16-byte aligned (for the 16-byte accesses), not aligned to the banks.
 #pragma once
