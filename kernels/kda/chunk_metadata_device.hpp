@@ -1,8 +1,8 @@
 // Device derivation of the chunk tables from device-resident cu_seqlens, for callers that pass none.
 //
 // No host round trip: NT stays on the device (written to *num_chunks) and the tables are sized by the host-known
-// bound NT_max = ceil(T/BT) + N. One launch of one block (every launch costs the caller host time: 3-5 us each on
-// the H200 machine, docs/validation.md call AQ):
+// bound NT_max = ceil(T/BT) + N. One launch of one block (every launch costs the caller 3-5 us of host time; see
+// docs/performance.md, "Host time"):
 //   1. the block scans the per-sequence chunk counts into chunk_offsets [N+1] and NT;
 //   2. it fills chunk_indices [NT_max,2], each row g by binary search, first over the scan's per-thread run totals
 //      (shared memory), then inside the one run that holds g (rows >= NT get (-1,-1), which every stage treats as

@@ -31,7 +31,7 @@
 // chain of chunks runs on one block per (head, V-tile), so the step's latency is the cost and 8 warps share it.
 // Staging w and kg is a large part of each chunk's step, so 32 columns beat 16 even for long single sequences (half
 // the blocks); 64 pay where blocks are plentiful (many sequences). The launcher chooses (detail::state_v_tile,
-// detail::state_warps; measured in docs/performance.md). Short chunks (decodes, speculative batches,
+// detail::state_warps; see docs/performance.md, "State tile width"). Short chunks (decodes, speculative batches,
 // last chunks) skip the row tiles past their last token.
 #pragma once
 
@@ -44,7 +44,7 @@ namespace kda::kernels {
 constexpr int kStateMmaWarps = 4;      // warps per block of the 16-column tiles (and forced runs)
 constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
 // Output warps beside them, where the launcher runs them (NVIDIA): one output tile each on the 32-column tiles.
-// Four, with two tiles each, measured slower (H200 state stage single8k 0.400 against 0.295 ms; docs/performance.md).
+// Four, with two tiles each, measured slower (see docs/performance.md, "Output warps").
 constexpr int kStateOutputWarps = 8;
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
@@ -59,7 +59,8 @@ constexpr int kStateFoldBufferElems = BT * (K + 8) + 2 * BT * (BT + 8);  // qg, 
 template <int OutWarps>
 constexpr int kStateChainBuffers = OutWarps > 0 ? 2 : 1;
 // With output warps (NVIDIA), w and kg also have two buffers: the next chunk's fly there by asynchronous copies
-// (cp.async) during this chunk's steps instead of in registers, as the fused prepare's raw slices do (v62).
+// (cp.async) during this chunk's steps instead of in registers, as the fused prepare's raw slices do
+// (see docs/performance.md, "State kernel details").
 template <int OutWarps>
 constexpr int kStateStageBuffers = OutWarps > 0 ? 2 : 1;
 template <int BT, int K, int TileV, bool kFoldOutput = false, int OutWarps = 0>
@@ -71,12 +72,11 @@ constexpr size_t state_mma_shared_bytes() {
 }
 
 // Four warps: three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run
-// thousands of these blocks, and the third block per SM hides their fixed latency (spec256x8 1.22 -> 0.98 ms on the
-// H200 at TileV 16); single long sequences lose ~1 % (docs/performance.md). 64 columns hold twice the state: two
-// blocks. Eight warps hold half as much per thread: two blocks. The 32-column tiles with the output folded in keep
-// two chunks' qg and Aqk in shared memory (~122 KB at K = V = 128; ~173 KB with output warps, whose round(S), v_new, w
-// and kg have two buffers each): one block per SM, which may then use every register (with output warps, 16 warps
-// share them: 128 registers each).
+// thousands of these blocks, and the third block per SM hides their fixed latency; single long sequences lose ~1 %
+// (see docs/performance.md, "State warps per block"). 64 columns hold twice the state: two blocks. Eight warps hold
+// half as much per thread: two blocks. The 32-column tiles with the output folded in keep two chunks' qg and Aqk in
+// shared memory (~122 KB at K = V = 128; ~173 KB with output warps, whose round(S), v_new, w and kg have two buffers
+// each): one block per SM, which may then use every register (with output warps, 16 warps share them: 128 each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
@@ -110,8 +110,8 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
   constexpr int kStateTiles = K / 16;        // row tiles of S
   constexpr int kRowTiles = BT / 16;         // row tiles of a chunk
   // Where h and v_new leave (step 4). The launcher runs 32 columns where blocks are few, and there the copies behind
-  // the update measured faster (H200 state stage, single8k 0.249 -> 0.241 ms); 64 columns run where blocks are many,
-  // and there the early copies did (spec256x8 0.476 against 0.500, mixed64 0.270 against 0.282; docs/performance.md).
+  // the update measured faster; 64 columns run where blocks are many, and there the early copies did
+  // (see docs/performance.md, "State kernel details").
   constexpr bool kLateCopies = TileV == 32;
   // This warp's rectangle of S: kTilesPerWarp row tiles x kColsPerWarp column tiles. Warps past the last tile (K 64
   // with 16 columns and 8 warps) own none.
@@ -178,9 +178,8 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 
   const SequenceChunks seq = sequence_chunks<BT>(p, n);  // the sequence's chunks and pool slot
   // Offset of row t (a token or chunk index) of head h in a [rows, H, width] workspace. On the 32-column tiles the
-  // index enters as a 32-bit factor of the row stride (detail::index_times): their state stage ran 0.5-1.2 % faster
-  // (H200, calls ES and ET); on the 64-column tiles the same form ran 0.8-1.5 % slower (call ES), so they keep the
-  // 64-bit product.
+  // index enters as a 32-bit factor of the row stride (detail::index_times), which ran faster there; on the
+  // 64-column tiles it ran slower, so they keep the 64-bit product (see docs/performance.md, "Index arithmetic").
   auto row_offset = [&](int64_t t, int width) -> int64_t {
     if constexpr (TileV == 32) {
       return detail::index_times(t, int64_t(p.num_heads) * width) + int64_t(h) * width;
@@ -212,16 +211,14 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
       }
     }
   };
-  // The fp32 initial and final state (v34). Where a pair is two neighbouring columns of one row in memory (NVIDIA's
+  // The fp32 initial and final state. Where a pair is two neighbouring columns of one row in memory (NVIDIA's
   // accumulator layout, the K-first pool, an 8-byte aligned pointer: offsets are even there), each thread moves its
   // pairs as 8-byte accesses at fixed offsets from one corner: element (d, v0 + col) is at tile + d V + col, and a
   // lane's accumulator coordinates are its (lane, 0) plus constants per element (static_assert below). Elsewhere (a
   // V-first pool, an unaligned pointer, AMD) the tile goes through shared memory (w and kg's buffers, unused before
-  // the first chunk and after the last) kPassRows rows at a time, in a plain loop. Before, every pair formed its
-  // full index: ~1,100 of the ~1,700 instructions per warp on spec256x8, one 8-row chunk per block (ncu, H200).
-  // kCopiesFromCorner: the output-warp form (few blocks, long sequences, where these copies cost nothing) keeps
-  // that per-pair form: with the new one nvcc scheduled its chunk loop differently and it ran ~6 % slower (state
-  // stage single8k 0.304 -> 0.321 ms; docs/performance.md v34).
+  // the first chunk and after the last) kPassRows rows at a time, in a plain loop. A full index per pair was
+  // ~1,100 of the ~1,700 instructions per warp on spec256x8. kCopiesFromCorner: the output-warp form (few blocks,
+  // long sequences) keeps that per-pair form, ~6 % faster there (see docs/performance.md, "State kernel details").
   static_assert(m::acc_coords_separable(m::arch::acc_coord, m::arch::kLanes, m::arch::kAccPerLane),
                 "a lane's accumulator coordinates are its (lane, 0) plus per-element constants");
   constexpr bool kCopiesFromCorner = OutWarps == 0;
@@ -609,7 +606,8 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 
     // 3. S = exp2(G_last) S + kg^T v_new, over the chunk's row tiles only (a short chunk, e.g. a decode or a
     //    speculative batch's 8 tokens, skips the tiles that would add zeros). A full chunk takes the loop with a
-    //    constant trip count: the early exit measured 13 % slower on single sequences (docs/performance.md).
+    //    constant trip count: the early exit measured 13 % slower on single sequences
+    //    (see docs/performance.md, "State kernel details").
     for_each_state_pair([&](float& s0, float& s1, int d0, int, int d1, int) {
       s0 *= decay_s[d0];
       s1 *= decay_s[d1];
@@ -687,16 +685,16 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 
 // Which item block b of state_recurrence_mma_kernel takes. Blocks start in index order, and an item's time is its
 // sequence's chain of chunk steps, so the longest chains should start first: where they start late they run in rounds
-// after everything else (mixed64's state stage 0.365 ms in index order; docs/performance.md v43).
+// after everything else (see docs/performance.md, "State item order").
 //   - Up to kStateSortedSequences sequences: longest first (ties in index order). Thread t ranks sequence t
 //     against the others' lengths in shared memory; the block takes the sequence whose rank is b's.
 //   - More: from the last item back. Engines lay a batch out decodes first, then prefills (KDA_SPEC §5), so the
 //     prefills' chains start first and the one-step decode items fill the multiprocessors around them; sorting
 //     that many sequences in every block would cost the decode items' blocks more than it saves.
 // The order's shared memory stays small: the 64-column kernel's two blocks per SM sit ~0.7 KB under the 196 KB
-// shared-memory carveout. A build with 256 more bytes here (64 int64 lengths) ran varlen16's state stage 10 % slower
-// on otherwise identical instructions (call CH), most likely because the blocks then need the 228 KB carveout,
-// which leaves L1 28 KB instead of 60 (not verified).
+// shared-memory carveout. A build with 256 more bytes here ran varlen16's state stage 10 % slower on otherwise
+// identical instructions, most likely because the blocks then need the 228 KB carveout, which leaves L1 28 KB
+// instead of 60 (not verified).
 constexpr int kStateSortedSequences = 32;
 __device__ inline unsigned state_item_in_order(const StateRecurrenceParams& p, int items_per_sequence) {
   const int64_t N = p.chunks.num_sequences;

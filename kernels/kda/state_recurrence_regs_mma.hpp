@@ -4,8 +4,8 @@
 //
 // Why a second form: state_recurrence_mma.hpp splits S [K, TileV] into 16x16 tiles over its warps, so every chunk
 // step writes round(S) to shared memory as the B operand of w round(S), and v_new as the B operand of kg^T v_new, with
-// block barriers between the products; per multiprocessor it forms ~16 state columns per microsecond (H200, round
-// 34's profile: ~2 us per step of a 32-column tile). Here each warp owns 16 columns of V for all K rows, as S^T
+// block barriers between the products; per multiprocessor it forms ~16 state columns per microsecond (H200: ~2 us
+// per step of a 32-column tile). Here each warp owns 16 columns of V for all K rows, as S^T
 // [16, K] in its accumulators. On mma.sync an accumulator tile's layout is the A operand's (a_coord == acc_coord),
 // so rounding S^T's tiles gives the A operand of
 //     v_new^T = u^T - S^T w^T          (B = w^T: rows of w, as ldmatrix reads them),
@@ -27,8 +27,7 @@
 namespace kda::kernels {
 
 // Warps per block where the launcher chooses this kernel itself (detail::state_regs_warps_used): 128 columns of V.
-// Eight measured fastest where it wins (H100, round 37: state stage varlen16 0.347 ms at 8 warps, 0.522 at 4, 0.484
-// for the other kernels).
+// Eight measured fastest where it wins (see docs/performance.md, "Register-state kernel").
 constexpr int kStateRegsWarps = 8;
 
 // Shared memory of state_recurrence_regs_kernel (dynamic): two buffers of the chunk's shared operands, exp2(G_last)

@@ -7,18 +7,14 @@
 // chunk steps would hold the short items back. There the short kernel's kTickets form is launched with programmatic
 // stream serialization (NVIDIA): it starts as soon as every long-item block has, beside the chains, and its blocks
 // take items by ticket (StateRecurrenceParams::short_items_taken), so that the ones that start behind a chain take
-// fewer (chunked2k's state stage 593 -> 436 us, H200, call CD). The ticket form costs where no chain runs (spec256x8
-// 360 -> 375 us in call CD; 373 -> 397 in call CF against the plain form launched after the long items), so the
-// launcher takes the plain form wherever the host's chunk tables rule chains out. The cost is the form's code and
-// launch, not only its atomics: taking fixed shares in it where the device's NT <= N measured slower still (417 us,
-// calls CG and CH; docs/performance.md v43).
-// (One kernel with both kinds of blocks measured slower: ptxas then spilled in the short items' loop; call BW.)
+// fewer. The ticket form costs where no chain runs, so the launcher takes the plain form wherever the host's chunk
+// tables rule chains out. One kernel with both kinds of blocks spilled and ran slower
+// (see docs/performance.md, "Short-sequence state kernel").
 //
 // Why a kernel of its own. A short sequence is one chunk step, so its cost is moving its fp32 state: the 64-column
 // tile is read (32 KiB at K = 128) and written back, against a few small products. In the general kernel each block
 // loads its state into registers, then computes, then stores, and at 128 registers and ~99 KB of shared memory two
-// blocks fit an SM: the loads are in flight only while a block starts, and DRAM ran at 55 % of its peak on
-// spec256x8 (ncu, H200, docs/performance.md v40).
+// blocks fit an SM: the loads are in flight only while a block starts, and DRAM ran at 55 % of its peak.
 // Here a block walks items (sequence, head, 64-column V-tile) in a grid-stride loop and copies the next item's
 // initial state and operands into shared memory (asynchronous copies) as soon as the current item's state has left
 // that buffer, so the copies fly while the item computes. Its buffers hold 16 rows, not a chunk's 64.
@@ -126,7 +122,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // adds 1 to the counter); without, block, block + blocks, block + 2 blocks, ... In the loop below a ticket is taken
   // during (C) of item t, handed to the block at item t + 1's first barrier (handoff_s), and looked up at its end, so
   // the atomic's round trip falls where warp 0 has time to spare: ptxas turns the add into a warp-wide atomic and a
-  // shuffle of its result that waits at once (taken just before a barrier, it added ~10 % on spec256x8; call CC).
+  // shuffle of its result that waits at once (taken just before a barrier, it added ~10 % on spec256x8).
   // Tickets are looked up in the order they were taken, so when a block's last one is past the items, so are the
   // ones it still holds.
   unsigned* const taken = kTickets ? p.short_items_taken : nullptr;
@@ -162,8 +158,8 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // The item of candidate c if its sequence is short, else of the first short one the block takes after it (loading
   // those indices on the path: a batch that runs this kernel is mostly short sequences). index -1: none left.
   // With tickets, a long candidate's item is one that does nothing (no rows, no state in or out): the loop below
-  // goes on to the next ticket, so that the lookup never takes one itself (which needs two barriers; call CB measured
-  // the same time either way).
+  // goes on to the next ticket, so that the lookup never takes one itself (which needs two barriers; both forms
+  // measured the same time).
   auto resolve = [&](const Candidate& c) {
     int i = c.index;
     SequenceIndices x = c.x;
@@ -191,7 +187,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
   // Each thread's share is fixed: one 16-byte vector of a row of w, kg and qg each, K / kStateRowsPerPass of the state
   // tile's, and at most one of u, Aqk hi, Aqk lo or G_last (threads in whole warps per matrix). An item's 64-bit base
   // is formed once; every offset inside a tile or a 16-row chunk fits 32 bits. (The generic loops with 64-bit offsets
-  // per vector were ~330 instructions per warp and item, a third of the kernel's; ncu source counters, call CC.)
+  // per vector were ~330 instructions per warp and item, a third of the kernel's.)
   constexpr int kStateRowVecs = kTileV / 4, kStateRowsPerPass = kThreads / kStateRowVecs;
   constexpr int kVecsK = K / 8, kVecsV = kTileV / 8, kVecsA = kShortStateRows / 8;
   constexpr int kCopiesU = kShortStateRows * kVecsV, kCopiesA = kShortStateRows * kVecsA, kCopiesG = K / 4;
@@ -279,8 +275,8 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
 
     // (A) S from the staged tile (or zero), round(S) to shared memory as the B operand of both products. Where an
     // accumulator pair is two neighbours in a row, one 8-byte load: a half-warp's pairs then cover 32 distinct banks,
-    // where two 4-byte loads each hit rows r and r + 4 in the same bank (ncu, call CK: 21 % of the kernel's shared
-    // load wavefronts were such conflicts). Step A is the stretch in which none of the block's copies are in flight.
+    // where two 4-byte loads each hit rows r and r + 4 in the same bank (21 % of the kernel's shared load wavefronts
+    // were such conflicts). Step A is the stretch in which none of the block's copies are in flight.
     for_each_state_pair([&](float& s0, float& s1, int d0, int col0, int d1, int col1) {
       if constexpr (m::kAccPairsInRows) {
         const float2 v = cur.load_initial ? *reinterpret_cast<const float2*>(&state_f[d0 * kLdF + col0])
