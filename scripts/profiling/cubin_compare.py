@@ -10,8 +10,8 @@ Build each tree's cubin the same way, e.g. from the repository root:
     nvcc -Itests -Ibench -Iinclude -Ikernels -O3 -DNDEBUG -arch=sm_90a -std=c++17 -x cu -cubin -o A.cubin \\
         bench/kda_bench.cu
 
-Why: two equivalent sources can compile to kernels a few instructions apart that time ~2 % apart (round 30: v65b
-and v65c, docs/performance.md); before landing a rewrite of a measured change, check that the kernel you timed is the
+Why: two equivalent sources can compile to kernels a few instructions apart that time ~2 % apart (docs/performance.md,
+"Gate sum"); before landing a rewrite of a measured change, check that the kernel you timed is the
 kernel you commit. Kernels whose own source did not change can still differ in instruction order (same size,
 different bytes) when the template text around them moved.
 """
