@@ -20,8 +20,8 @@ constexpr double kFp32StageBar = 1e-4;
 constexpr double kRoundedStageBar = 2e-3;
 // Akk and Aqk: their off-diagonal tiles are products of fp16 factors (intra_chunk_mma.hpp, IntraFactor), ~2e-5 rms
 // against the exact fp32 sums on these problems and up to 1.25e-4 where q and k have mixed signs (a CPU model of the
-// kernel's arithmetic, docs/performance.md v51); Tinv and everything downstream keep their bars (2.9e-6 and 1.3e-4
-// worst in that model, against 1e-4 and 2e-3).
+// kernel's arithmetic, docs/performance.md, "Intra-chunk factor precision"); Tinv and everything downstream keep their
+// bars (2.9e-6 and 1.3e-4 worst in that model, against 1e-4 and 2e-3).
 constexpr double kFactorStageBar = 5e-4;
 
 struct StageCase {
