@@ -48,7 +48,8 @@ BatchSpec mixed64() {
 
 // A few long prefills: 4 x 4096 tokens. Between the single sequences and the many short ones: 512 state blocks of
 // 32 columns, enough to fill the GPU once or more, where the output folded into the state kernel had measured
-// slower than as a launch of its own before the output warps (docs/performance.md, "Output folded into the state kernel").
+// slower than as a launch of its own before the output warps (docs/performance.md, "Output folded into the state
+// kernel").
 BatchSpec prefill4x4k() {
   std::vector<int64_t> cu;
   check(make_prefill_cu_seqlens({4096, 4096, 4096, 4096}, &cu));

@@ -6,8 +6,8 @@ Input: an `nvdisasm -g -c` listing of a cubin built with -lineinfo, e.g.
     nvdisasm -g -c k.cubin > k.sass
     scripts/profiling/sass_spills.py k.sass chunk_prepare_inputs_mma_kernel
 The loop depth of an instruction is the number of backward branches whose range holds it; a reload at depth >= 1
-runs on every trip of a loop (docs/performance.md, "Slice loop at the register cap": the same bytes of spills cost nothing before
-the prepare's slice loop and ~3 % inside it). The kernel is the first section whose mangled name contains the
+runs on every trip of a loop (docs/performance.md, "Slice loop at the register cap": the same bytes of spills cost
+nothing before the prepare's slice loop and ~3 % inside it). The kernel is the first section whose mangled name contains the
 given substring.
 """
 import collections
