@@ -13,6 +13,7 @@
 
 #include "reference/chunked_reference.hpp"
 #include "reference/error_metrics.hpp"
+#include "reference/localized_errors.hpp"
 #include "reference/problem_generator.hpp"
 #include "reference/recurrent_reference.hpp"
 
@@ -40,6 +41,16 @@ struct Opt : ProblemOptions {
   Opt& dt_bias() { with_dt_bias = true; return *this; }
   Opt& h0() { with_initial_state = true; return *this; }
   Opt& scale(float s) { ProblemOptions::scale = s; return *this; }
+  // Inputs like real activations (ProblemOptions): signed q, k, v, a tenth of the q/k rows of tiny norm where the
+  // kernel normalises them, and gates whose decay per 64-token chunk stays in [0.5, 10] nat.
+  Opt& realistic() {
+    signed_qkv = true;
+    tiny_row_fraction = 0.1;
+    decay_per_chunk_min = 0.5;
+    decay_per_chunk_max = 10.0;
+    return *this;
+  }
+  Opt& beta_up_to_two() { beta_activation = BetaActivation::kSigmoidTimesTwo; beta_raw_scale = 3.0; return *this; }
   Opt& masks(float normalizer, double zero, double extreme) {
     gate_logit_normalizer = normalizer;
     zero_gate_fraction = zero;
@@ -85,6 +96,15 @@ std::vector<Case> exact_cases() {
       {"BT32_H2_K64_precomputed_h0", {0, 31, 96, 160}, 2, 64, 64, kPre, Opt().h0(), 32},
       {"BT16_H2_K64_lowerbound_h0", {0, 31, 96, 160}, 2, 64, 64, kLow,
        Opt().l2norm_in_kernel().beta(kSig).dt_bias().h0(), 16},
+      // Signed inputs and gates that keep the carry across chunks alive, for every gate kind.
+      {"realistic_varlen_H2_K128_softplus_l2norm_beta2_h0", {0, 1, 70, 300, 301, 700}, 2, 128, 128, kSoft,
+       Opt().realistic().l2norm_in_kernel().beta_up_to_two().dt_bias().h0()},
+      {"realistic_T500_H2_K64_lowerbound_noAlog_noDtbias_h0", {0, 500}, 2, 64, 64, kLow,
+       Opt().realistic().l2norm_in_kernel().beta(kSig).no_A_log().h0()},
+      {"realistic_varlen_H2_K64_lowerbound_Alog_dtbias", {0, 130, 400}, 2, 64, 64, kLow,
+       Opt().realistic().l2norm_in_kernel().beta(kSig).dt_bias()},
+      {"realistic_T300_H2_K64_precomputed_h0_masked", {0, 300}, 2, 64, 64, kPre,
+       Opt().realistic().h0().masks(1, 0.02, 0.01)},
   };
 }
 
@@ -101,6 +121,10 @@ std::vector<Case> rounded_cases() {
        Opt().h0().masks(1, 0.25, 0.05), 64, DType::kFP16},
       {"fp16_T1000_H2_K128_lowerbound_noAlog_l2norm", {0, 1000}, 2, 128, 128, kLow,
        Opt().l2norm_in_kernel().no_A_log(), 64, DType::kFP16},
+      {"bf16_realistic_varlen_H2_K128_softplus_l2norm_beta2_h0", {0, 1, 70, 300, 301, 700}, 2, 128, 128, kSoft,
+       Opt().realistic().l2norm_in_kernel().beta_up_to_two().dt_bias().h0()},
+      {"fp16_realistic_T500_H2_K64_lowerbound_h0", {0, 500}, 2, 64, 64, kLow,
+       Opt().realistic().l2norm_in_kernel().beta(kSig).dt_bias().h0(), 64, DType::kFP16},
   };
 }
 
@@ -375,6 +399,91 @@ TEST(ErrorMetrics, Definitions) {
   EXPECT_DOUBLE_EQ(max_abs_error({1, -2}, {1.5, -4}), 2.0);
   EXPECT_TRUE(fla_close({1e-7f}, {0.0f}, 1e-9));
   EXPECT_FALSE(fla_close({1, 1}, {1, 1.1f}, 0.01));
+}
+
+// The per-(sequence, head) metrics find what the whole-tensor RMS hides: one wrong token row of one head in a batch of
+// 3 sequences x 4 heads x 2,000 tokens, and they name it.
+TEST(LocalizedErrors, OneWrongRowIsFoundAndNamed) {
+  const std::vector<int64_t> cu = {0, 700, 700, 2000, 2001};
+  const int H = 4;
+  const size_t D = 32;
+  TestRng rng(3);
+  std::vector<float> ref(size_t(cu.back()) * H * D);
+  for (float& x : ref) x = float(rng.normal());
+  std::vector<float> got = ref;
+  EXPECT_EQ(token_errors(ref, got, cu, H, D).rms_rel, 0.0);
+  for (size_t i = 0; i < D; ++i) got[(size_t(1500) * H + 2) * D + i] *= -1.0f;  // token 1500 (sequence 2), head 2
+  const LocalizedErrors e = token_errors(ref, got, cu, H, D);
+  EXPECT_LT(e.rms_rel, 0.05) << e.describe();                // ~ 2 / sqrt(8000): easy to miss at a 5e-3-ish bar...
+  EXPECT_GT(e.worst_slice_rms_rel, 0.05) << e.describe();    // ... not per slice: 2 / sqrt(1300)
+  EXPECT_EQ(e.worst_slice_sequence, 2);
+  EXPECT_EQ(e.worst_slice_head, 2);
+  EXPECT_EQ(e.max_abs_sequence, 2);
+  EXPECT_EQ(e.max_abs_head, 2);
+  EXPECT_EQ(e.max_abs_token, 1500);
+  EXPECT_GT(e.max_abs_rel, 1.0);
+  EXPECT_FALSE(within(e, ErrorBars{5e-2, 5e-2, 0.5}));
+  EXPECT_TRUE(within(token_errors(ref, ref, cu, H, D), ErrorBars{0, 0, 0}));
+  EXPECT_NE(e.describe().find("sequence 2, head 2, token 1500"), std::string::npos) << e.describe();
+}
+
+TEST(LocalizedErrors, NonFiniteSizesAndStates) {
+  const std::vector<float> ref = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> got = ref;
+  got[5] = NAN;
+  const LocalizedErrors e = sequence_errors(ref, got, 2, 2, 2);  // N 2, H 2, D 2
+  EXPECT_EQ(e.nonfinite, 1u);
+  EXPECT_TRUE(std::isinf(e.rms_rel));
+  EXPECT_EQ(e.max_abs_sequence, 1);
+  EXPECT_EQ(e.max_abs_head, 0);
+  EXPECT_EQ(e.max_abs_token, -1);
+  EXPECT_FALSE(within(e, ErrorBars{1, 1, 1}));
+  EXPECT_TRUE(sequence_errors(ref, {1, 2}, 2, 2, 2).size_mismatch);
+  // A slice whose reference is nearly zero is judged against a tenth of the tensor's scale, not its own.
+  const std::vector<float> small = {1e-9f, 1e-9f, 1, 1};
+  const LocalizedErrors s = sequence_errors(small, {2e-9f, 2e-9f, 1, 1}, 2, 1, 2);
+  EXPECT_LT(s.worst_slice_rms_rel, 1e-7);
+}
+
+// The realistic inputs are what they claim: signed q, k, v; beta up to 2; a decay per 64-token chunk in [0.5, 10]
+// nat on the unmasked entries, under every gate kind (through the reference's own gate function).
+TEST(ProblemGenerator, RealisticInputs) {
+  for (GateKind gate : {kPre, kSoft, kLow}) {
+    ProblemOptions opt;
+    opt.qk_l2norm_in_kernel = true;
+    opt.beta_activation = BetaActivation::kSigmoidTimesTwo;
+    opt.beta_raw_scale = 3.0;
+    opt.with_dt_bias = gate != kPre;
+    opt.with_A_log = gate != kLow;
+    opt.signed_qkv = true;
+    opt.decay_per_chunk_min = 0.5;
+    opt.decay_per_chunk_max = 10.0;
+    const KdaProblem p = make_random_problem({0, 256, 384}, 2, 64, 64, DType::kBF16, gate, 11, opt);
+    const auto negatives = [](const std::vector<float>& x) {
+      return std::count_if(x.begin(), x.end(), [](float v) { return v < 0.0f; });
+    };
+    EXPECT_GT(negatives(p.q), long(p.q.size() / 3));
+    EXPECT_GT(negatives(p.k), long(p.k.size() / 3));
+    EXPECT_GT(negatives(p.v), long(p.v.size() / 3));
+    double beta_max = 0.0;
+    for (float b : p.beta) beta_max = std::max(beta_max, recurrent_detail::activate_beta(b, p.beta_activation));
+    EXPECT_GT(beta_max, 1.9);
+    // Decay over each full chunk of each (head, channel): within [0.5 x 0.5, 10 x 1.5] nat (the per-token jitter),
+    // and spread over that range.
+    double lo = 1e9, hi = 0.0;
+    for (int64_t start : {0, 64, 128, 192, 256, 320})
+      for (int h = 0; h < p.H; ++h)
+        for (int d = 0; d < p.K; ++d) {
+          double sum = 0.0;
+          for (int64_t t = start; t < start + 64; ++t) sum -= recurrent_detail::gate(p, t, h, d);
+          lo = std::min(lo, sum);
+          hi = std::max(hi, sum);
+        }
+    EXPECT_GT(lo, 0.2) << int(gate);
+    EXPECT_LT(hi, 16.0) << int(gate);
+    EXPECT_GT(hi, 5.0) << int(gate);
+    EXPECT_LT(lo, 1.0) << int(gate);
+  }
 }
 
 }  // namespace
