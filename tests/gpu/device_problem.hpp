@@ -168,8 +168,22 @@ inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem&
 // detail::state_regs_ok refuses for its sizes.
 constexpr int kRegisterStateWarps[] = {2, 4, 8};
 
-// Enqueues chunk_kda_fwd on `stream` for a prepared problem.
+// Fills every buffer a chunk_kda_fwd call writes with 0xff (NaN) on `stream`: o (unless it is v), the final state
+// (unless the call updates the initial state in place) and the whole workspace. Every run starts from these, so a
+// kernel that leaves a row, a state or an intermediate unwritten shows, whatever an earlier run left there.
+inline void poison_outputs(DeviceProblem& dp, hipStream_t stream = nullptr) {
+  const int fill = DeviceBuffer::kPoisonByte;
+  if (!dp.options.o_aliases_v && dp.o.get() != nullptr) (void)hipMemsetAsync(dp.o.get(), fill, dp.o.bytes(), stream);
+  float* final_state = dp.args.state.final_state;
+  if (final_state == dp.state_out.as<float>() && final_state != dp.args.state.initial_state && final_state != nullptr)
+    (void)hipMemsetAsync(final_state, fill, dp.state_out.bytes(), stream);
+  if (dp.workspace.get() != nullptr) (void)hipMemsetAsync(dp.workspace.get(), fill, dp.workspace.bytes(), stream);
+}
+
+// Enqueues chunk_kda_fwd on `stream` for a prepared problem, after poison_outputs (also under graph capture: the
+// fills are captured with it, so every replay starts from them too).
 inline Status run_chunk_kda(DeviceProblem& dp, hipStream_t stream = nullptr) {
+  poison_outputs(dp, stream);
   return chunk_kda_fwd(dp.args, dp.workspace.get(), dp.workspace.bytes(), stream);
 }
 

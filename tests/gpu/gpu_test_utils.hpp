@@ -38,11 +38,18 @@ class DeviceBuffer {
     return *this;
   }
 
+  // Every new buffer starts as 0xff bytes (NaN in bf16, fp16 and fp32), never as whatever the allocator hands back:
+  // a kernel that skips a write must not inherit correct bytes from a buffer of the same size freed just before.
   void allocate(size_t bytes) {
     release();
     bytes_ = bytes;
     if (bytes > 0 && hipMalloc(&ptr_, bytes) != hipSuccess) ptr_ = nullptr;
+    poison();
   }
+  void poison() {
+    if (ptr_ != nullptr) (void)hipMemsetAsync(ptr_, kPoisonByte, bytes_, nullptr);  // the null stream orders it before uploads
+  }
+  static constexpr int kPoisonByte = 0xff;
   void release() {
     if (ptr_ != nullptr) (void)hipFree(ptr_);
     ptr_ = nullptr;
