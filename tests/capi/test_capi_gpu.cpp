@@ -348,7 +348,8 @@ TEST(CapiGpu, SequenceBoundGivesTheSameBitsAndReportsASequenceOverIt) {
         const size_t st_begin = size_t(s) * slot_bytes, st_end = st_begin + slot_bytes;
         if (s == 2) {  // not computed: o and the final state keep their 0xff fill
           EXPECT_TRUE(std::all_of(got.o.begin() + o_begin, got.o.begin() + o_end, [](uint8_t x) { return x == 0xff; }));
-          EXPECT_TRUE(std::all_of(got.state.begin() + st_begin, got.state.begin() + st_end, [](uint8_t x) { return x == 0xff; }));
+          EXPECT_TRUE(std::all_of(got.state.begin() + st_begin, got.state.begin() + st_end,
+                                  [](uint8_t x) { return x == 0xff; }));
         } else {
           const SequenceBytesEqual eq =
               sequence_bytes_equal(cu, size_t(s), got.o, want.o, row_bytes, got.state, want.state, slot_bytes);

@@ -47,7 +47,8 @@ class DeviceBuffer {
     poison();
   }
   void poison() {
-    if (ptr_ != nullptr) (void)hipMemsetAsync(ptr_, kPoisonByte, bytes_, nullptr);  // the null stream orders it before uploads
+    // On the null stream, so ordered before any upload into the buffer.
+    if (ptr_ != nullptr) (void)hipMemsetAsync(ptr_, kPoisonByte, bytes_, nullptr);
   }
   static constexpr int kPoisonByte = 0xff;
   void release() {

@@ -859,7 +859,8 @@ TEST(ChunkKdaShortState, SequenceOverTheBoundIsReportedAndSkipped) {
     // The skipped sequence's o rows and final state keep the NaN fill every run starts from (poison_outputs).
     const size_t row_bytes = size_t(p.H) * p.V * 2, state_bytes = size_t(p.H) * p.K * p.V * 4;
     const auto o_first = rb.o_bytes.begin() + cu[7] * row_bytes, o_last = rb.o_bytes.begin() + cu[8] * row_bytes;
-    EXPECT_EQ(std::count(o_first, o_last, uint8_t(0xff)), o_last - o_first) << what << ": o rows of the skipped sequence";
+    EXPECT_EQ(std::count(o_first, o_last, uint8_t(0xff)), o_last - o_first)
+        << what << ": o rows of the skipped sequence";
     const auto s_first = rb.state_bytes.begin() + 7 * state_bytes, s_last = s_first + state_bytes;
     EXPECT_EQ(std::count(s_first, s_last, uint8_t(0xff)), s_last - s_first) << what << ": its final state";
   }
