@@ -69,4 +69,19 @@ inline ref::KdaOutput recurrent_f64_parallel(const ref::KdaProblem& p) {
   return out;
 }
 
+// The rounded float32 chunked reference (the GPU stages' own formulas and rounding points), one head per thread:
+// its o and final state.
+inline ref::KdaOutput chunked_parallel(const ref::KdaProblem& p, int chunk_size) {
+  ref::KdaOutput out;
+  const int64_t N = p.num_sequences();
+  out.o.assign(size_t(p.T) * p.H * p.V, 0.0f);
+  if (p.want_final_state) out.final_state.assign(size_t(N) * p.H * p.K * p.V, 0.0f);
+  for_each_head_parallel(p.H, [&](int h) {
+    const ref::ChunkedIntermediates part = ref::chunked_kda(head_slice(p, h), chunk_size);
+    scatter_head(part.o, p.T, p.H, h, p.V, &out.o);
+    if (p.want_final_state) scatter_head(part.final_state, N, p.H, h, size_t(p.K) * p.V, &out.final_state);
+  });
+  return out;
+}
+
 }  // namespace kda::test
