@@ -103,8 +103,8 @@ inline bool chunk_kda_inputs_fusable(const ChunkKdaArgs& a) {
 }
 
 // Whether chunk_kda_fwd starts with the fused prepare from the raw inputs (launch_chunk_prepare_inputs): it can run,
-// and the chunk size is 64 or T >= kLongBatchAverageChunks * chunk_size * N. Sizes only, so the workspace layout
-// can follow; builder and derived tables pick the same form.
+// and the chunk size is 64 or the batch is long (long_sequence_batch). Sizes only, so the workspace layout can
+// follow; builder and derived tables pick the same form.
 // Only chunks of 64 have a prepare kernel with a short path; without it, batches of mostly short chunks run faster
 // staged (see docs/performance.md, "Fused and staged forms").
 inline bool chunk_kda_inputs_fused_by_shape(const ChunkKdaArgs& a) {

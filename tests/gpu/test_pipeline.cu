@@ -508,7 +508,7 @@ TEST(ChunkKdaBitIdentity, FusedPrepareWarpShortMatchesShortOnly) {
           ChunkPrepareInputsArgs a =
               detail::chunk_kda_stage_args(dp->args, dp->args.geometry, ws.get(), detail::ChunkKdaPath::kFused)
                   .prepare_inputs;
-          EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), detail::kWarpShortDefaultForm)
+          EXPECT_EQ(detail::prepare_inputs_warp_short_used(a), ActiveTuning::kWarpShortDefaultForm)
               << what << ": launcher's choice under the bound";
           if (v.unaligned) {
             TensorView* dst[4] = {&a.q, &a.k, &a.v, &a.g};
@@ -804,7 +804,7 @@ TEST(ChunkKdaShortState, SequenceBoundGivesTheSameBits) {
       EXPECT_EQ(detail::prepare_inputs_warp_short_used(
                     detail::chunk_kda_stage_args(bound.args, bound.args.geometry, bound.workspace.get())
                         .prepare_inputs) > 0,
-                detail::kWarpShortDefaultForm > 0 && c.bound <= kernels::kWarpShortRows)
+                ActiveTuning::kWarpShortDefaultForm > 0 && c.bound <= kernels::kWarpShortRows)
           << what << ": the warp-per-item prepare";
 #endif
       EXPECT_EQ(rp.o_bytes, rb.o_bytes) << what << ": o differs with the bound";

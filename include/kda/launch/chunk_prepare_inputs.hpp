@@ -8,7 +8,7 @@
 // (ChunkPrepareInputsArgs::short_chunks), and a third, with the short path alone, where the caller bounds every
 // sequence at 16 tokens (ChunkMetadataArgs::max_sequence_tokens); on NVIDIA with K = V = 128 and a bound of at most 8
 // tokens (speculative batches), a fourth that takes one (chunk, head) per warp (chunk_prepare_warp_short.hpp;
-// kWarpShortDefaultForm). The bits are the same whichever runs.
+// ActiveTuning::kWarpShortDefaultForm). The bits are the same whichever runs.
 #pragma once
 
 #include "kda/chunk_prepare_warp_short.hpp"
@@ -45,7 +45,7 @@ struct ChunkPrepareInputsArgs {
   // Where the caller bounds every sequence at kernels::kWarpShortRows tokens (K = V = 128, chunk size 64, NVIDIA):
   // -1 = the launcher's choice (detail::prepare_inputs_warp_short_used), 0 = never, 1 or 2 = the warp-per-item kernel
   // (chunk_prepare_inputs_warp_short_kernel; needs what detail::prepare_inputs_warp_short_ok lists) at 128 registers
-  // (kernels::kWarpShortMinBlocks blocks per SM) or at 168 (kWarpShortMinBlocksNoSpill), for tuning. Same bits.
+  // (ActiveTuning::kWarpShortMinBlocks blocks per SM) or at 168 (kWarpShortMinBlocksNoSpill), for tuning. Same bits.
   int warp_short = -1;
 };
 
@@ -105,16 +105,12 @@ inline Status validate_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a) {
   return Status();
 }
 
-// The form of the warp-per-item kernel the launcher picks by itself wherever it can (0 would be never): 2, 168
-// registers without spills at 4 blocks of 3 warps per SM. It gives the short-only kernel's bits faster, and faster
-// than form 1 (128 registers with spills; see docs/performance.md, "Warp-per-item prepare").
-constexpr int kWarpShortDefaultForm = 2;
-
 // The form of it launch_chunk_prepare_inputs runs (1: 128 registers, 2: 168), 0 for none: forced by warp_short, else
-// kWarpShortDefaultForm wherever it can.
+// ActiveTuning::kWarpShortDefaultForm wherever it can. It gives the short-only kernel's bits faster
+// (see docs/performance.md, "Warp-per-item prepare").
 inline int prepare_inputs_warp_short_used(const ChunkPrepareInputsArgs& a) {
   if (a.warp_short >= 0) return a.warp_short;
-  return prepare_inputs_warp_short_ok(a) ? kWarpShortDefaultForm : 0;
+  return prepare_inputs_warp_short_ok(a) ? ActiveTuning::kWarpShortDefaultForm : 0;
 }
 
 // Whether launch_chunk_prepare_inputs runs the kernel with the short path: forced by short_chunks, else in chunks of
@@ -154,18 +150,18 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
   const bool v_vector = vector_aligned(a.v);
 #if defined(KDA_PLATFORM_CUDA)
   const int64_t warp_short_blocks =
-      (chunks.grid_chunks * g.num_heads + kernels::kWarpShortWarps - 1) / kernels::kWarpShortWarps;
+      (chunks.grid_chunks * g.num_heads + ActiveTuning::kWarpShortWarps - 1) / ActiveTuning::kWarpShortWarps;
   // (A grid past x's limit, which only a batch of ~2^31 tokens could ask for, takes the short-only kernel instead.)
   const int warp_short = prepare_inputs_warp_short_used(a);
   if (warp_short > 0 && warp_short_blocks <= int64_t(INT32_MAX)) {  // one (chunk, head) per warp
     const auto blocks = static_cast<unsigned>(warp_short_blocks);
-    constexpr int kThreads = kernels::kWarpShortWarps * kWarpSize;
+    constexpr int kThreads = ActiveTuning::kWarpShortWarps * kWarpSize;
     auto launch = [&](auto e, auto min_blocks) {
       kernels::chunk_prepare_inputs_warp_short_kernel<decltype(e), 64, 128, 128, decltype(min_blocks)::value>
           <<<blocks, kThreads, 0, stream>>>(ip, wp, in, v_vector);
     };
-    using Spill = std::integral_constant<int, kernels::kWarpShortMinBlocks>;
-    using NoSpill = std::integral_constant<int, kernels::kWarpShortMinBlocksNoSpill>;
+    using Spill = std::integral_constant<int, ActiveTuning::kWarpShortMinBlocks>;
+    using NoSpill = std::integral_constant<int, ActiveTuning::kWarpShortMinBlocksNoSpill>;
     if (g.dtype == DType::kBF16) {
       warp_short == 2 ? launch(bf16_t{}, NoSpill{}) : launch(bf16_t{}, Spill{});
     } else {
@@ -183,7 +179,8 @@ inline Status enqueue_chunk_prepare_inputs(const ChunkPrepareInputsArgs& a, cons
     constexpr int kThreads = kernels::kIntraMmaWarps * kWarpSize;
     if constexpr (BT == 64) {
       // every_sequence_short's host threshold is the kernel's: a bound above kShortChunkRows would skip chunks.
-      static_assert(kShortBatchAverageTokens == kernels::kShortChunkRows, "the short-only prepare's chunk rows");
+      static_assert(ActiveTuning::kShortBatchAverageTokens == kernels::kShortChunkRows,
+                    "the short-only prepare's chunk rows");
       if (short_path && every_sequence_short(g.metadata)) {  // the caller bounds every sequence at 16 tokens
         kernels::chunk_prepare_inputs_short_only_mma_kernel<E, BT, K, V>
             <<<grid, kThreads, 0, stream>>>(ip, wp, in, v_vector);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kda/launch/chunk_metadata_args.hpp"
+#include "kda/tuning.hpp"
 
 namespace kda {
 
@@ -28,25 +29,23 @@ namespace detail {
 
 constexpr int kMaxHeads = 4096;
 
-// A batch of short sequences (speculative drafts, decodes): its sequences average at most this many tokens. The host
-// knows only T and N (the lengths are on the device), so such a batch is told by its average. For these batches the
-// state launcher runs its kernel for sequences of at most 16 tokens, and chunk_kda_fwd the fused prepare with its
-// path for chunks of at most 16 rows.
-constexpr int64_t kShortBatchAverageTokens = 16;
+// A batch of short sequences (speculative drafts, decodes): its sequences average at most
+// ActiveTuning::kShortBatchAverageTokens tokens. The host knows only T and N (the lengths are on the device), so such
+// a batch is told by its average. For these batches the state launcher runs its kernel for sequences of at most 16
+// tokens, and chunk_kda_fwd the fused prepare with its path for chunks of at most 16 rows.
 inline bool short_sequence_batch(const ChunkMetadataArgs& m) {
-  return m.num_sequences > 0 && m.total_tokens <= kShortBatchAverageTokens * m.num_sequences;
+  return m.num_sequences > 0 && m.total_tokens <= ActiveTuning::kShortBatchAverageTokens * m.num_sequences;
 }
-// A batch of long sequences: they average at least this many chunks (the host knows only T and N). Its chunks are
+// A batch of long sequences: they average at least ActiveTuning::kLongBatchAverageChunks chunks. Its chunks are
 // almost all full, so the fused prepare runs its kernel without the short path, whose long path spills less and
 // runs faster (see docs/performance.md, "Prepare kernel with the short path").
-constexpr int64_t kLongBatchAverageChunks = 4;
 inline bool long_sequence_batch(const ChunkMetadataArgs& m, int chunk_size) {
-  return m.total_tokens >= kLongBatchAverageChunks * int64_t(chunk_size) * m.num_sequences;
+  return m.total_tokens >= ActiveTuning::kLongBatchAverageChunks * int64_t(chunk_size) * m.num_sequences;
 }
 // A batch whose every sequence the caller bounds at that many tokens (ChunkMetadataArgs::max_sequence_tokens): the
 // kernels for short sequences run alone.
 inline bool every_sequence_short(const ChunkMetadataArgs& m) {
-  return m.max_sequence_tokens > 0 && m.max_sequence_tokens <= kShortBatchAverageTokens;
+  return m.max_sequence_tokens > 0 && m.max_sequence_tokens <= ActiveTuning::kShortBatchAverageTokens;
 }
 
 inline Status validate_geometry(const StageGeometry& g, bool check_pointers = true) {

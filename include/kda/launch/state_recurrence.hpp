@@ -100,36 +100,37 @@ inline size_t state_recurrence_workspace_size(const StateRecurrenceArgs& a) {
 }
 
 namespace detail {
-// Fewest blocks the 64-column tiles must still give: below it 32 columns. A wider tile shares the staging of w and kg,
-// a large part of each chunk's step, but gives fewer blocks: 64 columns win once their blocks fill the SMs about
-// twice (see docs/performance.md, "State tile width"). 16 stays for tests and forced runs.
-constexpr int64_t kStateWideTileMinBlocks = 256;
+// The folded forms are instantiated for these two widths only (launch_state_mma below).
+static_assert(ActiveTuning::kStateNarrowTileV == 32 && ActiveTuning::kStateWideTileV == 64, "the state tiles");
 
-// The V-tile width the launcher runs: a forced a.v_tile, else 64 when that still gives kStateWideTileMinBlocks
-// blocks, else 32. Every supported V (64, 128, 256) is a multiple of 64. The scalar kernel (K = 256) takes 16.
+// The V-tile width the launcher runs: a forced a.v_tile, else the wide tile where it still gives
+// ActiveTuning::kStateWideTileMinBlocks blocks, else the narrow one (see docs/performance.md, "State tile width").
+// Every supported V (64, 128, 256) is a multiple of 64. 16 is for tests, forced runs and the scalar kernel (K = 256).
 inline int state_v_tile(const StateRecurrenceArgs& a) {
+  using T = ActiveTuning;
   const StageGeometry& g = a.geometry;
   if (a.v_tile != 0) return a.v_tile;
   if (g.head_dim_k != 64 && g.head_dim_k != 128) return kernels::kStateTileV;
-  return g.metadata.num_sequences * g.num_heads * (g.head_dim_v / 64) >= kStateWideTileMinBlocks ? 64 : 32;
+  return g.metadata.num_sequences * g.num_heads * (g.head_dim_v / T::kStateWideTileV) >= T::kStateWideTileMinBlocks
+             ? T::kStateWideTileV
+             : T::kStateNarrowTileV;
 }
 
-// Warps per block the launcher runs: a forced a.warps, else 8 for the 32- and 64-column tiles and 4 for 16. Eight
-// warps share a long sequence's chunk step and won at both widths on every batch
-// (see docs/performance.md, "State warps per block").
+// Warps per block the launcher runs: a forced a.warps, else ActiveTuning::kStateMmaWideWarps for the 32- and 64-column
+// tiles and kStateMmaWarps for 16 (see docs/performance.md, "State warps per block").
 inline int state_warps(const StateRecurrenceArgs& a) {
   if (a.warps != 0) return a.warps;
-  return state_v_tile(a) >= 32 ? kernels::kStateMmaWideWarps : kernels::kStateMmaWarps;
+  return state_v_tile(a) >= 32 ? ActiveTuning::kStateMmaWideWarps : ActiveTuning::kStateMmaWarps;
 }
 
-// Output warps the launcher runs: a forced a.output_warps, else kStateOutputWarps for the folded 32-column tiles on
-// NVIDIA (named barriers), where a long sequence's chain leaves most issue slots idle and o can be formed off the
-// chain (see docs/performance.md, "Output warps"). Elsewhere none: the 64-column tiles run two blocks per SM at 128
-// registers, and AMD has no named barriers.
+// Output warps the launcher runs: a forced a.output_warps, else ActiveTuning::kStateOutputWarps for the folded
+// 32-column tiles on NVIDIA (named barriers), where a long sequence's chain leaves most issue slots idle and o can be
+// formed off the chain (see docs/performance.md, "Output warps"). Elsewhere none: the 64-column tiles run two blocks
+// per SM at 128 registers, and AMD has no named barriers.
 inline int state_output_warps(const StateRecurrenceArgs& a) {
   if (a.output_warps >= 0) return a.output_warps;
   const bool folded_narrow = state_folds_output(a) && state_v_tile(a) == 32;
-  return folded_narrow && kNamedBarriers ? kernels::kStateOutputWarps : 0;
+  return folded_narrow && kNamedBarriers ? ActiveTuning::kStateOutputWarps : 0;
 }
 
 // Whether the short-sequence kernel can take a's short sequences: the output folded in, with neither h nor v_new
@@ -144,20 +145,15 @@ inline bool state_short_kernel_ok(const StateRecurrenceArgs& a) {
          aligned(a.state.final_state);
 }
 
-// Whether the launcher runs the short-sequence kernel for a's short sequences: where it can, for batches of short
-// sequences (short_sequence_batch: sequences averaging at most 16 tokens; state_long_items_kernel runs the longer
-// ones beside it). Elsewhere the general kernel takes every sequence.
-// On AMD never by itself: its ~97 KB of shared memory exceed gfx90a / gfx942's 64 KiB of LDS per block, and it was
-// measured on NVIDIA only.
+// Whether the launcher runs the short-sequence kernel for a's short sequences: where it can and the table says so
+// (ActiveTuning::kShortStateKernel: not on AMD), for batches of short sequences (short_sequence_batch: sequences
+// averaging at most 16 tokens; state_long_items_kernel runs the longer ones beside it). Elsewhere the general kernel
+// takes every sequence.
 inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
   if (a.short_sequences == 0 || !state_short_kernel_ok(a)) return false;
   if (a.short_sequences == 1) return true;
   if ((a.v_tile != 0 && a.v_tile != kernels::kShortStateTileV) || a.output_warps > 0) return false;  // forced forms
-#if defined(KDA_PLATFORM_CUDA)
-  return short_sequence_batch(a.geometry.metadata);
-#else
-  return false;
-#endif
+  return ActiveTuning::kShortStateKernel && short_sequence_batch(a.geometry.metadata);
 }
 
 // Whether the short-sequence kernel runs its ticket form beside the long sequences: where a counter is given and a
@@ -166,7 +162,8 @@ inline bool state_short_kernel_used(const StateRecurrenceArgs& a) {
 // there the ticket form costs ~6 % of the stage (see docs/performance.md, "Short-sequence state kernel").
 // every_sequence_short's host threshold must be what the short kernel takes, or its kShortOnly form would skip
 // sequences that the bound allows.
-static_assert(kShortBatchAverageTokens == kernels::kShortStateRows, "the short state kernel's sequence bound");
+static_assert(ActiveTuning::kShortBatchAverageTokens == kernels::kShortStateRows,
+              "the short state kernel's sequence bound");
 inline bool state_short_tickets_used(const StateRecurrenceArgs& a) {
   const ChunkMetadataArgs& m = a.geometry.metadata;
   return a.short_items_taken != nullptr && !(m.has_tables() && m.num_chunks <= m.num_sequences) &&
@@ -187,32 +184,38 @@ inline bool state_regs_ok(const StateRecurrenceArgs& a, int warps) {
 
 // Warps per block of the register-state kernel the launcher runs, 0 for none: a forced a.regs_warps; else none where
 // a caller forces another kernel's form (v_tile, warps, output_warps, short_sequences: tests, tuning), and
-// kStateRegsWarps where the other kernel would run its 64-column tiles on a batch of long sequences (averaging at
-// least four chunks). Only there it measured faster: its chunk step is slower, so it pays only with many items per
+// ActiveTuning::kStateRegsWarps where the other kernel would run its wide tiles on a batch of long sequences
+// (long_sequence_batch). Only there it measured faster: its chunk step is slower, so it pays only with many items per
 // SM, and decodes' fixed cost is higher (see docs/performance.md, "Register-state kernel").
 inline int state_regs_warps_used(const StateRecurrenceArgs& a) {
+  using T = ActiveTuning;
   if (a.regs_warps >= 0) return a.regs_warps;
   if (a.v_tile != 0 || a.warps != 0 || a.output_warps != -1 || a.short_sequences == 1) return 0;
   const StageGeometry& g = a.geometry;
-  if (state_short_kernel_used(a) || state_v_tile(a) != 64 || !long_sequence_batch(g.metadata, g.chunk_size)) return 0;
-  return state_regs_ok(a, kernels::kStateRegsWarps) ? kernels::kStateRegsWarps : 0;
+  if (state_short_kernel_used(a) || state_v_tile(a) != T::kStateWideTileV ||
+      !long_sequence_batch(g.metadata, g.chunk_size)) {
+    return 0;
+  }
+  return state_regs_ok(a, T::kStateRegsWarps) ? T::kStateRegsWarps : 0;
 }
 
 inline Status validate_state_v_tile(const StateRecurrenceArgs& a) {
   const StageGeometry& g = a.geometry;
-  KDA_REQUIRE(a.warps == 0 || a.warps == 4 || a.warps == 8, "warps: must be 0, 4 or 8");
+  using T = ActiveTuning;
+  KDA_REQUIRE(a.warps == 0 || a.warps == T::kStateMmaWarps || a.warps == T::kStateMmaWideWarps,
+              "warps: must be 0, 4 or 8");
   if (a.v_tile != 0) {
     KDA_REQUIRE(a.v_tile == 16 || a.v_tile == 32 || a.v_tile == 64, "v_tile: must be 0, 16, 32 or 64");
     KDA_REQUIRE(a.v_tile == 16 || g.head_dim_k == 64 || g.head_dim_k == 128,
                 "v_tile: 32 and 64 need head_dim_k 64 or 128");
   }
-  KDA_REQUIRE(a.warps != 8 || state_v_tile(a) >= 32, "warps: 8 needs a V-tile of 32 or 64 columns");
+  KDA_REQUIRE(a.warps != T::kStateMmaWideWarps || state_v_tile(a) >= 32, "warps: 8 needs a V-tile of 32 or 64 columns");
   if (state_folds_output(a)) {
     KDA_REQUIRE(g.head_dim_k == 64 || g.head_dim_k == 128, "o: the output folded in needs head_dim_k 64 or 128");
-    KDA_REQUIRE(state_v_tile(a) >= 32 && state_warps(a) == kernels::kStateMmaWideWarps,
+    KDA_REQUIRE(state_v_tile(a) >= 32 && state_warps(a) == T::kStateMmaWideWarps,
                 "o: the output folded in needs a V-tile of 32 or 64 columns and 8 warps");
   }
-  KDA_REQUIRE(a.output_warps == -1 || a.output_warps == 0 || a.output_warps == kernels::kStateOutputWarps,
+  KDA_REQUIRE(a.output_warps == -1 || a.output_warps == 0 || a.output_warps == T::kStateOutputWarps,
               "output_warps: must be -1, 0 or 8");
   KDA_REQUIRE(a.output_warps <= 0 || (state_folds_output(a) && state_v_tile(a) == 32 && kNamedBarriers),
               "output_warps: 8 needs the output folded in, a V-tile of 32 columns and NVIDIA");
@@ -285,14 +288,14 @@ inline Status launch_state_regs(const kernels::StateRecurrenceParams& p, int war
 template <typename E, int BT, int K>
 inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_tile, int warps, bool fold,
                                int output_warps, int64_t sequences_heads, bool beside_prepare, hipStream_t stream) {
-  constexpr int kWide = kernels::kStateMmaWideWarps, kNarrow = kernels::kStateMmaWarps;
+  constexpr int kWide = ActiveTuning::kStateMmaWideWarps, kNarrow = ActiveTuning::kStateMmaWarps;
   const bool wide = warps == kWide;
   if (fold) {
     if (v_tile == 64) return launch_state_mma<E, BT, K, 64, kWide, true>(p, sequences_heads, beside_prepare, stream);
 #if defined(KDA_PLATFORM_CUDA)
     if (output_warps > 0) {
-      return launch_state_mma<E, BT, K, 32, kWide, true, kernels::kStateOutputWarps>(p, sequences_heads, beside_prepare,
-                                                                                     stream);
+      return launch_state_mma<E, BT, K, 32, kWide, true, ActiveTuning::kStateOutputWarps>(p, sequences_heads,
+                                                                                         beside_prepare, stream);
     }
 #endif
     return launch_state_mma<E, BT, K, 32, kWide, true>(p, sequences_heads, beside_prepare, stream);
@@ -311,16 +314,17 @@ inline Status launch_state_mma(const kernels::StateRecurrenceParams& p, int v_ti
 // The short-sequence kernel over every item (sequence, head, 64-column V-tile): as many blocks as the device holds at
 // once, or fewer where there are fewer items; its blocks loop over the items. Unless every sequence is short,
 // state_long_items_kernel goes first with L blocks, each looking at up to one item per thread (items b, b + L, ...):
-// L is kLongItemWaves times the blocks the device holds at once (fewer where there are fewer items). A block runs
-// its long items in turn, so L well above the resident blocks keeps two long items from sharing a block while others
-// sit idle; the blocks with none exit after one load (spec256x8: 264 blocks 3 us, 16,384 blocks 53 us; ncu, H200).
+// L is ActiveTuning::kLongItemWaves times the blocks the device holds at once (fewer where there are fewer items). A
+// block runs its long items in turn, so L well above the resident blocks keeps two long items from sharing a block
+// while others sit idle; the blocks with none exit after one load (spec256x8: 264 blocks 3 us, 16,384 blocks 53 us;
+// ncu, H200).
 // With tickets (NVIDIA) the short kernel then starts as soon as every long-item block has (programmatic stream
 // serialization), beside the long sequences' chains.
-constexpr int64_t kLongItemWaves = 8;
 template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
 inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_t sequences_heads, bool all_short,
                                  hipStream_t stream) {
   constexpr int kThreads = kernels::kShortStateWarps * kWarpSize;
+  static_assert(ActiveTuning::kStateMmaWideWarps == kernels::kShortStateWarps, "both kernels launch kThreads threads");
   const int64_t items = sequences_heads * (p.head_dim_v / kernels::kShortStateTileV);
   if (!all_short) {
     constexpr auto kLong = kernels::state_long_items_kernel<E, BT, K>;
@@ -329,7 +333,7 @@ inline Status launch_state_short(const kernels::StateRecurrenceParams& p, int64_
     int64_t resident = 0;
     KDA_RETURN_IF_ERROR(resident_blocks<kLong>(kThreads, kLongShared, &resident));
     const int64_t fewest = (items + kThreads - 1) / kThreads;  // one item per thread at most
-    const int64_t blocks = std::max(fewest, std::min(items, kLongItemWaves * resident));
+    const int64_t blocks = std::max(fewest, std::min(items, ActiveTuning::kLongItemWaves * resident));
     kLong<<<static_cast<unsigned>(blocks), kThreads, kLongShared, stream>>>(p);
     KDA_RETURN_IF_LAUNCH_ERROR();
   }
