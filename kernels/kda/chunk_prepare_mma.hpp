@@ -19,7 +19,7 @@
 namespace kda::kernels {
 
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, ActiveTuning::kIntraMmaMinBlocks)
     chunk_prepare_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip, const KDA_GRID_CONSTANT RecomputeWuParams wp,
                              bool v_vector) {
   static_assert(kIntraMmaWarps == kWuMmaWarps, "both stages' code runs in the same block");
@@ -53,11 +53,6 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
                           /*kPairRowTiles=*/false>(
       wp, chunk, h, reinterpret_cast<uint16_t*>(smem), beta_s, /*beta_ready=*/true, glast_s, tinv_row4, v_vector);
 }
-
-// Blocks per multiprocessor of chunk_prepare_inputs_mma_kernel: four (128 registers, almost no spills). Three (no
-// spills) and five (96 registers, spills in the slice loop) both measured slower
-// (see docs/performance.md, "Prepare occupancy").
-constexpr int kPrepareInputsMinBlocks = 4;
 
 // The block of chunk_kda_fwd's first launch (the kernels below): chunk_prepare_mma_kernel's work, starting from the
 // raw inputs instead of the l2norm and gate stages' outputs (ip.q, ip.k, wp.k are the raw q, k; ip.G and wp.G are
@@ -149,7 +144,7 @@ constexpr size_t prepare_inputs_static_bytes() {
   return PrepareInputsBlockShared<BT, K, V>::kBytes + sizeof(float) * (BT + PrepareInputsShared<BT, K>::kFloats);
 }
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, ActiveTuning::kPrepareInputsMinBlocks)
     chunk_prepare_inputs_mma_kernel(IntraChunkParams ip, RecomputeWuParams wp, PrepareInputsParams in,
                                     bool v_vector) {
   __shared__ __align__(16) unsigned char smem[PrepareInputsBlockShared<BT, K, V>::kBytes];
@@ -167,11 +162,11 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kPrepareInputsMinB
 
 // chunk_kda_fwd's first launch for batches of short sequences (chunk size 64): with the short path for chunks of at
 // most kShortChunkRows rows. A kernel of its own: the short path's mere presence makes ptxas allocate the long path
-// worse. Five blocks per SM (96 registers): the short path runs without spills, and at four its latency showed
-// (see docs/performance.md, "Prepare kernel with the short path"). Its parameters are KDA_GRID_CONSTANT so that
-// the short path's call (not inlined on NVIDIA) passes their address instead of a copy.
+// worse. ActiveTuning::kIntraMmaMinBlocks blocks per SM: the short path runs without spills, and at four its latency
+// showed (see docs/performance.md, "Prepare kernel with the short path"). Its parameters are KDA_GRID_CONSTANT so
+// that the short path's call (not inlined on NVIDIA) passes their address instead of a copy.
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, ActiveTuning::kIntraMmaMinBlocks)
     chunk_prepare_inputs_short_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip,
                                           const KDA_GRID_CONSTANT RecomputeWuParams wp,
                                           const KDA_GRID_CONSTANT PrepareInputsParams in, bool v_vector) {
@@ -185,11 +180,10 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks
 
 // chunk_kda_fwd's first launch where the caller bounds every sequence at kShortChunkRows tokens
 // (ChunkMetadataArgs::max_sequence_tokens): the short path alone. Without the long path's code and shared memory it
-// fits 80 registers and ~36 KB, so six blocks share an SM instead of five, which runs faster
-// (see docs/performance.md, "Short-only prepare"). A chunk past the bound is reported and left unwritten.
-constexpr int kShortOnlyPrepareMinBlocks = 6;
+// fits 80 registers and ~36 KB, so more blocks share an SM (ActiveTuning::kShortOnlyPrepareMinBlocks), which runs
+// faster (see docs/performance.md, "Short-only prepare"). A chunk past the bound is reported and left unwritten.
 template <typename E, int BT, int K, int V>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kShortOnlyPrepareMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, ActiveTuning::kShortOnlyPrepareMinBlocks)
     chunk_prepare_inputs_short_only_mma_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip,
                                                const KDA_GRID_CONSTANT RecomputeWuParams wp,
                                                const KDA_GRID_CONSTANT PrepareInputsParams in, bool v_vector) {
@@ -202,8 +196,8 @@ __global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kShortOnlyPrepareM
     if (threadIdx.x == 0) ip.chunks.report(detail::kDeviceStatusSequenceOverBound);
     return;
   }
-  chunk_prepare_inputs_short_block<E, BT, K, V, kShortOnlyPrepareMinBlocks>(ip, wp, in, chunk, detail::block_head(),
-                                                                           smem, beta_s, v_vector);
+  chunk_prepare_inputs_short_block<E, BT, K, V, ActiveTuning::kShortOnlyPrepareMinBlocks>(
+      ip, wp, in, chunk, detail::block_head(), smem, beta_s, v_vector);
 }
 
 }  // namespace kda::kernels

@@ -522,7 +522,7 @@ __device__ KDA_SHORT_PATH_CALL void chunk_prepare_short_block(const IntraChunkPa
 // chunk_prepare_inputs_mma_kernel's short path: from the raw q, k and g, writing qg and G_last too. kMinBlocks: the
 // calling kernel's blocks per SM, so that each register budget gets a function of its own (one function called
 // from kernels of different budgets is allocated for the smallest).
-template <typename E, int BT, int K, int V, int kMinBlocks = kIntraMmaMinBlocks>
+template <typename E, int BT, int K, int V, int kMinBlocks = ActiveTuning::kIntraMmaMinBlocks>
 __device__ KDA_SHORT_PATH_CALL void chunk_prepare_inputs_short_block(const IntraChunkParams& ip,
                                                                      const RecomputeWuParams& wp,
                                                                      const PrepareInputsParams& in,

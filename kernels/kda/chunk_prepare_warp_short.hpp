@@ -19,7 +19,7 @@
 //     with the operand values at the same positions: rows and columns 8-15, zero there, are zero registers here.
 // Tests (tests/gpu/test_pipeline.cu): ChunkKdaBitIdentity.FusedPrepareWarpShortMatchesShortOnly (every byte against the
 // short-only kernel) and ChunkKdaShortState.SequenceOverTheWarpShortBoundIsReportedAndSkipped. The launcher runs it
-// wherever it can (detail::kWarpShortDefaultForm; see docs/performance.md, "Warp-per-item prepare").
+// wherever it can (ActiveTuning::kWarpShortDefaultForm; see docs/performance.md, "Warp-per-item prepare").
 #pragma once
 
 #include "kda/intra_chunk_mma.hpp"
@@ -29,17 +29,14 @@
 #include "kda/detail/device_common.hpp"
 #include "kda/detail/mma.hpp"
 #include "kda/detail/tril_inverse.hpp"
+#include "kda/tuning.hpp"
 
 namespace kda::kernels {
 
-// Rows of the chunks this kernel takes (a chunk of more rows is reported and left unwritten) and items (warps) per
-// block. Blocks per multiprocessor, the kernel's template parameter kMinBlocks: kWarpShortMinBlocks (128 registers,
-// ~240 bytes of spills) or kWarpShortMinBlocksNoSpill (168 registers, none; the faster)
+// Rows of the chunks this kernel takes (a chunk of more rows is reported and left unwritten). Items (warps) per
+// block and blocks per multiprocessor (the template parameter kMinBlocks: form 1 or 2) come from ActiveTuning
 // (see docs/performance.md, "Warp-per-item prepare").
 constexpr int kWarpShortRows = 8;
-constexpr int kWarpShortWarps = 3;
-constexpr int kWarpShortMinBlocks = 5;
-constexpr int kWarpShortMinBlocksNoSpill = 4;
 
 #if defined(KDA_PLATFORM_CUDA)
 
@@ -140,20 +137,20 @@ __device__ __forceinline__ void tinv_times_rhs(const uint16_t* rhs_s, uint32_t a
 
 // ip, wp, in as chunk_prepare_inputs_short_only_mma_kernel takes them (ip.q, ip.k raw; ip.G, wp.G unused; ip.Akk
 // null: the launcher passes none); the grid is one-dimensional over (chunk id, head) items, chunk-major,
-// kWarpShortWarps per block.
+// ActiveTuning::kWarpShortWarps per block.
 template <typename E, int BT, int K, int V, int kMinBlocks>
-__global__ void __launch_bounds__(kWarpShortWarps * 32, kMinBlocks)
+__global__ void __launch_bounds__(ActiveTuning::kWarpShortWarps * 32, kMinBlocks)
     chunk_prepare_inputs_warp_short_kernel(const KDA_GRID_CONSTANT IntraChunkParams ip,
                                            const KDA_GRID_CONSTANT RecomputeWuParams wp,
                                            const KDA_GRID_CONSTANT PrepareInputsParams in, bool v_vector) {
   using namespace warp_short;
   static_assert(BT == 64 && K == 128 && V == 128, "a lane holds 4 channels of K = V = 128; Aqk rows of 64 columns");
   static_assert(kRows <= detail::kGateSumSegment, "one gate-sum segment: the running sum from the first row");
-  __shared__ __align__(16) WarpShared shared[kWarpShortWarps];
+  __shared__ __align__(16) WarpShared shared[ActiveTuning::kWarpShortWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   WarpShared& ws = shared[warp];
   const int H = ip.num_heads;
-  const int64_t item = int64_t(blockIdx.x) * kWarpShortWarps + warp;
+  const int64_t item = int64_t(blockIdx.x) * ActiveTuning::kWarpShortWarps + warp;
   const int64_t chunk_id = item / H;
   const int h = int(item % H);
   detail::ChunkCoords chunk;

@@ -33,14 +33,11 @@
 #include "kda/detail/tril_inverse.hpp"
 #include "kda/intra_chunk.hpp"
 #include "kda/prepare_inputs.hpp"
+#include "kda/tuning.hpp"
 
 namespace kda::kernels {
 
 constexpr int kIntraMmaWarps = 4;
-
-// Five blocks per multiprocessor: the register cap (96) costs ~20 bytes of spills, and the fifth block (38 KB of
-// shared memory each) measured faster than four (see docs/performance.md, "Prepare occupancy").
-constexpr int kIntraMmaMinBlocks = 5;
 
 // Shared memory of one block: during the K loop the fp32 q/k/G slice and the factor tiles, afterwards Akk and Aqk
 // (then Tinv) in fp32 rows of kLdO floats and tril_inverse's scratch. Kernels that run this stage declare
@@ -790,7 +787,7 @@ __device__ inline void intra_chunk_mma_block(const IntraChunkParams& p, const de
 }
 
 template <typename E, int BT>
-__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, kIntraMmaMinBlocks)
+__global__ void __launch_bounds__(kIntraMmaWarps * kWarpSize, ActiveTuning::kIntraMmaMinBlocks)
     intra_chunk_mma_kernel(IntraChunkParams p) {
   using L = IntraMmaLayout<BT>;
   __shared__ __align__(16) unsigned char smem[L::kWorkBytes];

@@ -38,14 +38,9 @@
 #include "kda/detail/mma.hpp"
 #include "kda/state_recurrence.hpp"
 #include "kda/state_tile_mma.hpp"
+#include "kda/tuning.hpp"
 
 namespace kda::kernels {
-
-constexpr int kStateMmaWarps = 4;      // warps per block of the 16-column tiles (and forced runs)
-constexpr int kStateMmaWideWarps = 8;  // ... of the 32- and 64-column tiles
-// Output warps beside them, where the launcher runs them (NVIDIA): one output tile each on the 32-column tiles.
-// Four, with two tiles each, measured slower (see docs/performance.md, "Output warps").
-constexpr int kStateOutputWarps = 8;
 
 // Shared memory of one block (dynamic; above 48 KiB it needs the launcher's opt-in on NVIDIA). Rows of the
 // [*, TileV] buffers are padded by 8 elements so that ldmatrix's eight 16-byte rows fall in distinct banks.
@@ -71,16 +66,16 @@ constexpr size_t state_mma_shared_bytes() {
          + (kFoldOutput ? sizeof(uint16_t) * kStateFoldBuffers<TileV> * kStateFoldBufferElems<BT, K> : 0);
 }
 
-// Four warps: three blocks per multiprocessor (168 registers) up to 32 columns: batches of many short sequences run
-// thousands of these blocks, and the third block per SM hides their fixed latency; single long sequences lose ~1 %
-// (see docs/performance.md, "State warps per block"). 64 columns hold twice the state: two blocks. Eight warps hold
-// half as much per thread: two blocks. The 32-column tiles with the output folded in keep two chunks' qg and Aqk in
-// shared memory (~122 KB at K = V = 128; ~173 KB with output warps, whose round(S), v_new, w and kg have two buffers
-// each): one block per SM, which may then use every register (with output warps, 16 warps share them: 128 each).
+// Four warps up to 32 columns: ActiveTuning::kStateMmaMinBlocks per multiprocessor (168 registers at three): batches
+// of many short sequences run thousands of these blocks, and a third block per SM hides their fixed latency (see
+// docs/performance.md, "State warps per block"). 64 columns hold twice the state, eight warps half as much per thread:
+// kStateMmaWideMinBlocks. The 32-column tiles with the output folded in keep two chunks' qg and Aqk in shared memory
+// (~122 KB at K = V = 128; ~173 KB with output warps, whose round(S), v_new, w and kg have two buffers each): one
+// block per SM, which may then use every register (with output warps, 16 warps share them: 128 each).
 template <int TileV, int Warps, bool kFoldOutput = false>
 constexpr int state_mma_min_blocks() {
   if (kFoldOutput && kStateFoldBuffers<TileV> == 2) return 1;
-  return Warps > 4 || TileV >= 64 ? 2 : 3;
+  return Warps > 4 || TileV >= 64 ? ActiveTuning::kStateMmaWideMinBlocks : ActiveTuning::kStateMmaMinBlocks;
 }
 
 // Named barriers of the output-warp form (ids 1-15; 0 is __syncthreads): among the chain warps, among the output
@@ -686,8 +681,8 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 // Which item block b of state_recurrence_mma_kernel takes. Blocks start in index order, and an item's time is its
 // sequence's chain of chunk steps, so the longest chains should start first: where they start late they run in rounds
 // after everything else (see docs/performance.md, "State item order").
-//   - Up to kStateSortedSequences sequences: longest first (ties in index order). Thread t ranks sequence t
-//     against the others' lengths in shared memory; the block takes the sequence whose rank is b's.
+//   - Up to ActiveTuning::kStateSortedSequences sequences: longest first (ties in index order). Thread t ranks
+//     sequence t against the others' lengths in shared memory; the block takes the sequence whose rank is b's.
 //   - More: from the last item back. Engines lay a batch out decodes first, then prefills (KDA_SPEC §5), so the
 //     prefills' chains start first and the one-step decode items fill the multiprocessors around them; sorting
 //     that many sequences in every block would cost the decode items' blocks more than it saves.
@@ -695,12 +690,12 @@ __device__ __forceinline__ void state_recurrence_item(const StateRecurrenceParam
 // shared-memory carveout. A build with 256 more bytes here ran varlen16's state stage 10 % slower on otherwise
 // identical instructions, most likely because the blocks then need the 228 KB carveout, which leaves L1 28 KB
 // instead of 60 (not verified).
-constexpr int kStateSortedSequences = 32;
 __device__ inline unsigned state_item_in_order(const StateRecurrenceParams& p, int items_per_sequence) {
+  constexpr int kSorted = ActiveTuning::kStateSortedSequences;
   const int64_t N = p.chunks.num_sequences;
   if (N <= 1) return blockIdx.x;  // uniform over the grid
-  if (N > kStateSortedSequences) return gridDim.x - 1 - blockIdx.x;
-  __shared__ int length_s[kStateSortedSequences];  // < 2^31 tokens (the launcher's limit)
+  if (N > kSorted) return gridDim.x - 1 - blockIdx.x;
+  __shared__ int length_s[kSorted];  // < 2^31 tokens (the launcher's limit)
   __shared__ int sequence_s;
   const int rank = blockIdx.x / items_per_sequence;
   if (threadIdx.x < N) {
@@ -719,10 +714,11 @@ __device__ inline unsigned state_item_in_order(const StateRecurrenceParams& p, i
   return unsigned(sequence_s) * items_per_sequence + blockIdx.x % items_per_sequence;
 }
 
-template <typename E, int BT, int K, int TileV, int Warps = kStateMmaWarps, bool kFoldOutput = false, int OutWarps = 0>
+template <typename E, int BT, int K, int TileV, int Warps = ActiveTuning::kStateMmaWarps, bool kFoldOutput = false,
+          int OutWarps = 0>
 __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min_blocks<TileV, Warps, kFoldOutput>()))
     state_recurrence_mma_kernel(StateRecurrenceParams p) {
-  static_assert((Warps + OutWarps) * kWarpSize >= kStateSortedSequences, "a thread per sequence");
+  static_assert((Warps + OutWarps) * kWarpSize >= ActiveTuning::kStateSortedSequences, "a thread per sequence");
   const unsigned item = state_item_in_order(p, p.num_heads * (p.head_dim_v / TileV));
   state_recurrence_item<E, BT, K, TileV, Warps, kFoldOutput, OutWarps>(p, item);
 }
@@ -735,7 +731,7 @@ __global__ void __launch_bounds__((Warps + OutWarps) * kWarpSize, (state_mma_min
 // so), all at once, one load each, and runs the long ones in turn, in thread order. From the last item back, as
 // state_recurrence_mma_kernel: a decode-first batch's prefills start first. Which threads found a long item is one
 // bit each in shared memory, not a list of items: the list's 1 KB put two blocks per SM over the 196 KB
-// shared-memory carveout (see kStateSortedSequences).
+// shared-memory carveout (see state_item_in_order).
 template <typename E, int BT, int K, int TileV, int Warps, bool kFoldOutput>
 __device__ __forceinline__ void state_recurrence_long_items(const StateRecurrenceParams& p) {
   constexpr int kThreads = Warps * kWarpSize, kWords = kThreads / 32;

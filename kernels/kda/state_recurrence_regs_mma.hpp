@@ -26,10 +26,6 @@
 
 namespace kda::kernels {
 
-// Warps per block where the launcher chooses this kernel itself (detail::state_regs_warps_used): 128 columns of V.
-// Eight measured fastest where it wins (see docs/performance.md, "Register-state kernel").
-constexpr int kStateRegsWarps = 8;
-
 // Shared memory of state_recurrence_regs_kernel (dynamic): two buffers of the chunk's shared operands, exp2(G_last)
 // for each, and one o^T tile per warp.
 template <int BT, int K, int Warps>

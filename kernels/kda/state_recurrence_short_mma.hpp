@@ -32,13 +32,13 @@
 #include "kda/state_recurrence.hpp"
 #include "kda/state_recurrence_mma.hpp"
 #include "kda/state_tile_mma.hpp"
+#include "kda/tuning.hpp"
 
 namespace kda::kernels {
 
 constexpr int kShortStateRows = 16;   // the longest sequence the kernel takes: one row tile
 constexpr int kShortStateTileV = 64;  // V columns per item
 constexpr int kShortStateWarps = 8;
-constexpr int kShortStateMinBlocks = 2;  // per SM: 128 registers, ~90 KB of shared memory each at K = 128
 
 // Shared memory of one block (bytes from the start). Rows of 16-bit tiles are padded by 8 elements so that
 // ldmatrix's eight 16-byte rows fall in distinct banks; the fp32 state rows by 8 floats, so that the accumulator
@@ -354,7 +354,7 @@ __device__ __forceinline__ void state_short_items(const StateRecurrenceParams& p
 // The short items. Its last act waits for the kernel before it (state_long_items_kernel, when launched beside it), so
 // that whatever the stream runs next finds the long sequences done too.
 template <typename E, int BT, int K, bool kTickets, bool kShortOnly = false>
-__global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBlocks)
+__global__ void __launch_bounds__(kShortStateWarps * kWarpSize, ActiveTuning::kShortStateMinBlocks)
     state_short_mma_kernel(const KDA_GRID_CONSTANT StateRecurrenceParams p) {
   static_assert(!(kTickets && kShortOnly), "no chain to take tickets beside");
   state_short_items<E, BT, K, kTickets, kShortOnly>(p, blockIdx.x, gridDim.x);
@@ -364,11 +364,11 @@ __global__ void __launch_bounds__(kShortStateWarps * kWarpSize, kShortStateMinBl
 // The long items: the general kernel's 64-column tile, 8 warps, the output folded in. Every block first lets the
 // short-item kernel launch.
 template <typename E, int BT, int K>
-__global__ void __launch_bounds__(kStateMmaWideWarps * kWarpSize,
-                                  (state_mma_min_blocks<kShortStateTileV, kStateMmaWideWarps, true>()))
+__global__ void __launch_bounds__(ActiveTuning::kStateMmaWideWarps * kWarpSize,
+                                  (state_mma_min_blocks<kShortStateTileV, ActiveTuning::kStateMmaWideWarps, true>()))
     state_long_items_kernel(StateRecurrenceParams p) {
   detail::allow_dependent_launch();
-  state_recurrence_long_items<E, BT, K, kShortStateTileV, kStateMmaWideWarps, true>(p);
+  state_recurrence_long_items<E, BT, K, kShortStateTileV, ActiveTuning::kStateMmaWideWarps, true>(p);
 }
 
 }  // namespace kda::kernels

@@ -371,7 +371,8 @@ void check(const Decoded& d) {
     KDA_FUZZ_CHECK(width == kda::kernels::kStateTileV || K == 64 || K == 128);
     KDA_FUZZ_CHECK(i128(N) * H * (V / width) < (i128(1) << 31));
     const int warps = kda::detail::state_warps(st);  // warp counts the kernels have; 8 only on 32 or 64 columns
-    KDA_FUZZ_CHECK(warps == kda::kernels::kStateMmaWarps || (warps == kda::kernels::kStateMmaWideWarps && width >= 32));
+    KDA_FUZZ_CHECK(warps == kda::ActiveTuning::kStateMmaWarps ||
+                   (warps == kda::ActiveTuning::kStateMmaWideWarps && width >= 32));
   }
 
   // The workspace size cannot have wrapped.

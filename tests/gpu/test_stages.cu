@@ -441,7 +441,7 @@ TEST_P(Stages, EachStageMatchesChunkedReference) {
         int v_tile, output_warps, short_sequences;
         bool taken;
       };
-      for (FoldForm form : {FoldForm{32, 0, 0, false}, FoldForm{32, kernels::kStateOutputWarps, 0, false},
+      for (FoldForm form : {FoldForm{32, 0, 0, false}, FoldForm{32, ActiveTuning::kStateOutputWarps, 0, false},
                             FoldForm{64, 0, 0, false}, FoldForm{64, 0, 1, false}, FoldForm{64, 0, 1, true}}) {
         const int v_tile = form.v_tile;
         if (V % v_tile != 0 || (form.output_warps > 0 && !kda::detail::kNamedBarriers)) continue;
@@ -688,7 +688,7 @@ TEST(StagesValidation, RegisterStateKernelWhereItMeasuredFaster) {
     b.geometry.metadata.total_tokens = tokens;
     return detail::state_regs_warps_used(b);
   };
-  const int regs = kda::detail::kNamedBarriers ? kernels::kStateRegsWarps : 0;  // NVIDIA only
+  const int regs = kda::detail::kNamedBarriers ? ActiveTuning::kStateRegsWarps : 0;  // NVIDIA only
   EXPECT_EQ(chosen(4, 4 * 4096), regs) << "4 x 4096 tokens";
   EXPECT_EQ(chosen(16, 16 * 1024), regs) << "16 x 1024 tokens";
   EXPECT_EQ(chosen(1, 8192), 0) << "one long sequence: 32-column tiles with output warps";
