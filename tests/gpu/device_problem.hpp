@@ -168,6 +168,21 @@ inline std::unique_ptr<DeviceProblem> make_device_problem(const ref::KdaProblem&
 // detail::state_regs_ok refuses for its sizes.
 constexpr int kRegisterStateWarps[] = {2, 4, 8};
 
+// Writes p's inputs (q, k, v, fp32 g and beta, A_log, dt_bias, the initial state, cu_seqlens) into dp's buffers, for
+// a graph captured on dp to replay on them: p must have dp's sizes (the same T, N, H, K, V and gate options).
+inline void upload_inputs(DeviceProblem& dp, const ref::KdaProblem& p) {
+  dp.q.upload(to_dtype_bits(p.q, p.io_dtype).data(), dp.q.bytes());
+  dp.k.upload(to_dtype_bits(p.k, p.io_dtype).data(), dp.k.bytes());
+  dp.v.upload(to_dtype_bits(p.v, p.io_dtype).data(), dp.v.bytes());
+  dp.g.upload(p.g.data(), dp.g.bytes());
+  dp.beta.upload(p.beta.data(), dp.beta.bytes());
+  dp.A_log.upload(p.A_log.data(), dp.A_log.bytes());
+  dp.dt_bias.upload(p.dt_bias.data(), dp.dt_bias.bytes());
+  dp.state_in.upload(p.initial_state.data(), dp.state_in.bytes());
+  const DeviceBuffer cu = upload_indices(p.cu_seqlens, dp.options.index_type);
+  (void)hipMemcpy(dp.cu.get(), cu.get(), dp.cu.bytes(), hipMemcpyDeviceToDevice);
+}
+
 // Fills every buffer a chunk_kda_fwd call writes with 0xff (NaN) on `stream`: o (unless it is v), the final state
 // (unless the call updates the initial state in place) and the whole workspace. Every run starts from these, so a
 // kernel that leaves a row, a state or an intermediate unwritten shows, whatever an earlier run left there.

@@ -274,17 +274,7 @@ TEST(KernelFormsGraph, ReplayOnOtherSequenceLengths) {
     for (size_t b = 0; b < shape.cus.size(); ++b) {
       f.cu = shape.cus[b];
       const ref::KdaProblem p = form_problem(f, 7301 + b);
-      // New inputs and a new cu_seqlens into the captured buffers.
-      dp->q.upload(to_dtype_bits(p.q, p.io_dtype).data(), dp->q.bytes());
-      dp->k.upload(to_dtype_bits(p.k, p.io_dtype).data(), dp->k.bytes());
-      dp->v.upload(to_dtype_bits(p.v, p.io_dtype).data(), dp->v.bytes());
-      dp->g.upload(p.g.data(), dp->g.bytes());
-      dp->beta.upload(p.beta.data(), dp->beta.bytes());
-      dp->A_log.upload(p.A_log.data(), dp->A_log.bytes());
-      dp->dt_bias.upload(p.dt_bias.data(), dp->dt_bias.bytes());
-      dp->state_in.upload(p.initial_state.data(), dp->state_in.bytes());
-      const DeviceBuffer cu = upload_indices(p.cu_seqlens, dp->options.index_type);
-      KDA_ASSERT_RT(hipMemcpy(dp->cu.get(), cu.get(), dp->cu.bytes(), hipMemcpyDeviceToDevice));
+      upload_inputs(*dp, p);  // new inputs and a new cu_seqlens into the captured buffers
       KDA_ASSERT_RT(hipGraphLaunch(exec, stream));
       KDA_ASSERT_RT(hipStreamSynchronize(stream));
       dp->problem = p;

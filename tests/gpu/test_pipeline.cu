@@ -688,15 +688,7 @@ TEST(ChunkKdaGraph, CaptureReplayWithNewInputsMatchesDirectCall) {
       ASSERT_TRUE(s.is_ok()) << s.message();
       KDA_ASSERT_RT(hipGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
 
-      // New values into the same buffers, then replay.
-      dp->q.upload(to_dtype_bits(second.q, second.io_dtype).data(), dp->q.bytes());
-      dp->k.upload(to_dtype_bits(second.k, second.io_dtype).data(), dp->k.bytes());
-      dp->v.upload(to_dtype_bits(second.v, second.io_dtype).data(), dp->v.bytes());
-      dp->g.upload(second.g.data(), dp->g.bytes());
-      dp->beta.upload(second.beta.data(), dp->beta.bytes());
-      dp->A_log.upload(second.A_log.data(), dp->A_log.bytes());
-      dp->dt_bias.upload(second.dt_bias.data(), dp->dt_bias.bytes());
-      dp->state_in.upload(second.initial_state.data(), dp->state_in.bytes());
+      upload_inputs(*dp, second);  // new values into the same buffers (the same cu_seqlens), then replay
       std::vector<uint8_t> replay_o, replay_state;
       for (int replay = 0; replay < 2; ++replay) {
         KDA_ASSERT_RT(hipMemsetAsync(dp->o.get(), 0xff, dp->o.bytes(), stream));
