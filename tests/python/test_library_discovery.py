@@ -1,6 +1,7 @@
 """Finding and checking libkda_capi.so: KDA_LIBRARY, the file beside the package, and the errors when the library
 is missing, is not kda's, or is older than the package's structs."""
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -105,3 +106,9 @@ def test_import_kda_neither_imports_torch_nor_loads_the_library():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_torch_entry_points_without_torch_say_what_is_missing():
+    with pytest.raises(ImportError, match=r"^kda\.chunk_kda needs PyTorch, which is not installed$"):
+        kda.chunk_kda
