@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 from . import _abi
 from ._abi import ChunkKdaArgs
@@ -34,20 +35,20 @@ _INDEX_DTYPE_CODES = {"int32": _abi.INDEX_INT32, "int64": _abi.INDEX_INT64}
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-@dataclass(frozen=True)
-class ChunkKdaOptions:
+class ChunkKdaOptions(NamedTuple):
     """How kda computes, in the C ABI's terms (fla_semantics.fla_chunk_kda_options maps FLA's flags onto these).
 
     scale None is K^-0.5 (the library's default); gate, beta_activation and state_layout are _abi codes;
     lower_bound is read with GATE_LOWER_BOUND only; max_sequence_tokens is a host-known bound on every sequence's
-    length, 0 = unknown.
+    length, 0 = unknown. A NamedTuple rather than a dataclass so that torch.compile traces the engine wrapper,
+    which builds one, without a graph break.
     """
 
     gate: int = _abi.GATE_PRECOMPUTED
     lower_bound: float = -5.0
     beta_activation: int = _abi.BETA_NONE
     qk_l2norm: bool = False
-    scale: float | None = None
+    scale: Optional[float] = None
     state_layout: int = _abi.STATE_K_FIRST
     chunk_size: int = 64
     max_sequence_tokens: int = 0
