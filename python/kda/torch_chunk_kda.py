@@ -67,6 +67,18 @@ def chunk_kda(
     reject_fla_only_options(fla_only_options)
     if not use_gate_in_kernel:
         A_log = dt_bias = None  # FLA ignores them without the in-kernel gate
+    options = fla_chunk_kda_options(
+        scale=scale,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+        allow_neg_eigval=allow_neg_eigval,
+        has_A_log=A_log is not None,
+        lower_bound=lower_bound,
+        safe_gate=safe_gate,
+        state_v_first=state_v_first,
+        chunk_size=chunk_size,
+    )
     _reject_gradients(
         (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("A_log", A_log), ("dt_bias", dt_bias),
          ("initial_state", initial_state))
@@ -86,7 +98,6 @@ def chunk_kda(
     if chunk_indices is not None and (chunk_indices.dim() != 2 or chunk_indices.shape[-1] != 2):
         raise ValueError(f"chunk_indices: expected shape [NT, 2], got {list(chunk_indices.shape)}")
 
-    max_sequence_tokens = 0
     tables = None
     if not varlen:
         host_cu = list(range(0, (batch + 1) * seq_len, seq_len)) if seq_len > 0 else [0] * (batch + 1)
@@ -98,22 +109,8 @@ def chunk_kda(
         if cu_seqlens is None:
             cu_seqlens = tables.cu_seqlens
     if tables is not None:
-        max_sequence_tokens = tables.max_sequence_tokens
+        options = options._replace(max_sequence_tokens=tables.max_sequence_tokens)
     num_sequences = cu_seqlens.shape[0] - 1
-
-    options = fla_chunk_kda_options(
-        scale=scale,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        use_gate_in_kernel=use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
-        allow_neg_eigval=allow_neg_eigval,
-        has_A_log=A_log is not None,
-        lower_bound=lower_bound,
-        safe_gate=safe_gate,
-        state_v_first=state_v_first,
-        chunk_size=chunk_size,
-        max_sequence_tokens=max_sequence_tokens,
-    )
 
     if initial_state is not None and initial_state.shape[0] != num_sequences:
         raise ValueError(
