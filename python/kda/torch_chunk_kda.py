@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from .chunk_kda_args import ChunkKdaTensors, make_chunk_kda_args
 from .fla_semantics import fla_chunk_kda_options, reject_fla_only_options
 from .torch_metadata import upload_chunk_metadata
-from .torch_tensors import contiguous_float32, describe, readable, run_chunk_kda
+from .torch_tensors import contiguous_float32, run_chunk_kda_on_tensors
 
 
 def _reject_gradients(named_tensors):
@@ -124,25 +123,10 @@ def chunk_kda(
         state_shape = (heads, head_dim_v, head_dim_k) if state_v_first else (heads, head_dim_k, head_dim_v)
         final_state = torch.empty((num_sequences,) + state_shape, dtype=torch.float32, device=device)
 
-    # Every tensor whose address goes into the struct is held in a local until the launch is enqueued: a
-    # temporary copy freed earlier could hand its memory to the workspace allocated in run_chunk_kda.
-    q, k, v, g = readable(q), readable(k), readable(v), readable(g)
-    beta = readable(beta, has_inner_dim=False)
-    A_log, dt_bias = contiguous_float32(A_log), contiguous_float32(dt_bias)
-    tensors = ChunkKdaTensors(
-        q=describe(q),
-        k=describe(k),
-        v=describe(v),
-        g=describe(g),
-        beta=describe(beta),
-        o=describe(out),
-        cu_seqlens=describe(cu_seqlens),
-        A_log=describe(A_log),
-        dt_bias=describe(dt_bias),
-        initial_state=describe(initial_state),
-        final_state=describe(final_state),
-        chunk_indices=describe(tables.chunk_indices) if tables is not None else None,
-        chunk_offsets=describe(tables.chunk_offsets) if tables is not None else None,
+    run_chunk_kda_on_tensors(
+        options, q=q, k=k, v=v, g=g, beta=beta, o=out, cu_seqlens=cu_seqlens, A_log=contiguous_float32(A_log),
+        dt_bias=contiguous_float32(dt_bias), initial_state=initial_state, final_state=final_state,
+        chunk_indices=tables.chunk_indices if tables is not None else None,
+        chunk_offsets=tables.chunk_offsets if tables is not None else None,
     )
-    run_chunk_kda(make_chunk_kda_args(tensors, options), device)
     return out, final_state

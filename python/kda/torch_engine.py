@@ -23,9 +23,9 @@ from typing import Optional
 
 import torch
 
-from .chunk_kda_args import ChunkKdaOptions, ChunkKdaTensors, make_chunk_kda_args
+from .chunk_kda_args import ChunkKdaOptions
 from .fla_semantics import fla_chunk_kda_options
-from .torch_tensors import describe, readable, run_chunk_kda
+from .torch_tensors import run_chunk_kda_on_tensors
 
 OP_NAMESPACE = "kda"
 OP_NAME = "chunk_kda_with_state_pool"
@@ -66,28 +66,12 @@ def _run_with_state_pool(
         chunk_size=chunk_size,
         max_sequence_tokens=max_sequence_tokens,
     )
-    # Held in locals until the launch is enqueued (a freed temporary could become the workspace).
-    q, k, v, g = readable(q), readable(k), readable(v), readable(g)
-    beta = readable(beta, has_inner_dim=False)
-    pool = describe(state_pool)
-    tensors = ChunkKdaTensors(
-        q=describe(q),
-        k=describe(k),
-        v=describe(v),
-        g=describe(g),
-        beta=describe(beta),
-        o=describe(out),
-        cu_seqlens=describe(cu_seqlens),
-        A_log=describe(A_log),
-        dt_bias=describe(dt_bias),
-        initial_state=pool,
-        final_state=pool,
-        state_indices=describe(state_indices),
-        has_initial_state=describe(has_initial_state),
-        chunk_indices=describe(chunk_indices),
-        chunk_offsets=describe(chunk_offsets),
+    run_chunk_kda_on_tensors(
+        options, q=q, k=k, v=v, g=g, beta=beta, o=out, cu_seqlens=cu_seqlens, A_log=A_log, dt_bias=dt_bias,
+        initial_state=state_pool, final_state=state_pool, state_indices=state_indices,
+        has_initial_state=has_initial_state, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets,
+        workspace=workspace,
     )
-    run_chunk_kda(make_chunk_kda_args(tensors, options), q.device, workspace)
 
 
 def _register_custom_op():

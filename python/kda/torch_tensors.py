@@ -11,6 +11,7 @@ import ctypes
 import torch
 
 from ._library import library
+from .chunk_kda_args import ChunkKdaTensors, make_chunk_kda_args
 from .tensor_description import TensorDescription, token_head_strides
 
 WORKSPACE_ALIGNMENT = 256  # kda_chunk_kda_fwd's requirement (what cudaMalloc gives)
@@ -84,6 +85,35 @@ def run_chunk_kda(args, device, workspace=None):
         status = _launch(lib, args, workspace, device)
     lib.raise_for_status("kda_chunk_kda_fwd", status)
     return workspace
+
+
+def run_chunk_kda_on_tensors(options, *, q, k, v, g, beta, o, cu_seqlens, A_log=None, dt_bias=None,
+                             initial_state=None, final_state=None, state_indices=None, has_initial_state=None,
+                             chunk_indices=None, chunk_offsets=None, workspace=None):
+    """One kda_chunk_kda_fwd on torch tensors (ChunkKdaTensors' shapes): inputs that are no kda view are copied,
+    everything is described and checked, and the call is enqueued on q's device. Returns the workspace used."""
+    # The copies are held in these locals until the launch is enqueued: a temporary freed earlier could hand its
+    # memory to the workspace that run_chunk_kda allocates.
+    q, k, v, g = readable(q), readable(k), readable(v), readable(g)
+    beta = readable(beta, has_inner_dim=False)
+    tensors = ChunkKdaTensors(
+        q=describe(q),
+        k=describe(k),
+        v=describe(v),
+        g=describe(g),
+        beta=describe(beta),
+        o=describe(o),
+        cu_seqlens=describe(cu_seqlens),
+        A_log=describe(A_log),
+        dt_bias=describe(dt_bias),
+        initial_state=describe(initial_state),
+        final_state=describe(final_state),
+        state_indices=describe(state_indices),
+        has_initial_state=describe(has_initial_state),
+        chunk_indices=describe(chunk_indices),
+        chunk_offsets=describe(chunk_offsets),
+    )
+    return run_chunk_kda(make_chunk_kda_args(tensors, options), q.device, workspace)
 
 
 def _launch(lib, args, workspace, device):
