@@ -16,6 +16,8 @@ kda_ensure_packages() {
 
 # Packages every build needs (host compiler, CMake, ninja, GoogleTest, Google Benchmark).
 KDA_BASE_PACKAGES=(build-essential cmake ninja-build googletest libgtest-dev libgmock-dev libbenchmark-dev)
+# The Python package's host tests (ctest label python): Debian's interpreter, pytest and numpy; no torch.
+KDA_PYTHON_PACKAGES=(python3 python3-pytest python3-numpy)
 # AMD compile checks: HIP 5.2 + rocPRIM from Debian, and the clang versions that reach gfx942 / gfx950.
 KDA_AMD_PACKAGES=(libamdhip64-dev librocprim-dev hipcc clang-19 lld-19 clang-22 lld-22)
 
