@@ -117,12 +117,10 @@ inline std::vector<KernelForm> kernel_forms() {
   softplus_vfirst.layout = StateLayout::kVFirst;
   FormInputs softplus_fp16;
   softplus_fp16.io = DType::kFP16;
-  const FormSelection fused32 = fused_long_warps;
-  const FormSelection fused_long_warps_sel = fused_long_warps;
   return {
-      {"one_long_sequence", {0, 1000}, 4, 128, 128, 64, 0, {}, fused_long_warps_sel, fused_long_warps_sel},
-      {"long_sequences_fp16_vfirst", {0, 300, 1000}, 4, 128, 128, 64, 0, lower_alog_fp16, fused_long_warps_sel,
-       fused_long_warps_sel},
+      {"one_long_sequence", {0, 1000}, 4, 128, 128, 64, 0, {}, fused_long_warps, fused_long_warps},
+      {"long_sequences_fp16_vfirst", {0, 300, 1000}, 4, 128, 128, 64, 0, lower_alog_fp16, fused_long_warps,
+       fused_long_warps},
       {"decodes_beside_prefills_wide_tiles", decodes_then(8, {200, 777, 64}), 12, 128, 128, 64, 0, lower_no_alog,
        {"fused with short path", "general 64 columns (output folded)"},
        {"fused with short path", "general 64 columns (output folded)"}},
@@ -130,7 +128,7 @@ inline std::vector<KernelForm> kernel_forms() {
        {"fused long", regs}},
       {"many_long_sequences_k64_vfirst_fp16", cu_of(sixteen_long), 8, 64, 128, 64, 0, precomputed_fp16_vfirst,
        {"fused long", regs}, {"fused long", regs}},
-      {"chunk32_long_sequences", {0, 300, 700}, 4, 64, 64, 32, 0, {}, fused32, fused32},
+      {"chunk32_long_sequences", {0, 300, 700}, 4, 64, 64, 32, 0, {}, fused_long_warps, fused_long_warps},
       {"chunk32_short_sequences", {0, 31, 96, 160}, 2, 128, 128, 32, 0, lower_no_alog,
        {"staged one kernel", "general 32 columns + output warps (output folded)"},
        {"staged one kernel", "general 32 columns + output warps (output folded)"}},
